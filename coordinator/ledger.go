@@ -1,0 +1,271 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// State is the state of a reservation.
+type State string
+
+// Reservation states.
+const (
+	// Tentative reservations are bound to the asking shard's etcd session
+	// lease and vanish with it.
+	Tentative State = "Tentative"
+	// Confirmed reservations survive the shard; only Release removes them.
+	Confirmed State = "Confirmed"
+)
+
+// Errors returned for bad requests. QuotaError (not wrapped here) reports a
+// reservation that does not fit.
+var (
+	ErrInvalid  = errors.New("invalid request")
+	ErrNotFound = errors.New("reservation not found")
+	ErrConflict = errors.New("reservation conflict")
+)
+
+// JobRef names a job. Jobs are identified by UID alone: the same namespace
+// and name with another UID is another job.
+type JobRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+}
+
+func (j JobRef) String() string { return j.Namespace + "/" + j.Name + " (uid " + j.UID + ")" }
+
+// Reservation is quota held by one job on its leaf queue and every ancestor.
+type Reservation struct {
+	Job    JobRef       `json:"job"`
+	Queue  string       `json:"queue"`
+	Path   []string     `json:"path"` // the leaf first, the root last
+	Amount api.Resource `json:"amount"`
+	State  State        `json:"state"`
+	// Lease is the etcd lease of the shard session a tentative reservation
+	// is bound to (0 once confirmed).
+	Lease int64  `json:"lease,omitempty"`
+	Shard string `json:"shard,omitempty"`
+}
+
+func (r Reservation) clone() Reservation {
+	r.Path = append([]string(nil), r.Path...)
+	r.Amount = r.Amount.Clone()
+	return r
+}
+
+// ReserveRequest asks for quota for one job.
+type ReserveRequest struct {
+	Job    JobRef       `json:"job"`
+	Queue  string       `json:"queue"`
+	Amount api.Resource `json:"amount"`
+	// Lease is the asking shard's session lease; the reservation is
+	// tentative until confirmed and is dropped when this lease expires.
+	Lease int64  `json:"lease"`
+	Shard string `json:"shard"`
+}
+
+// QuotaError says that a reservation does not fit: at Queue (the first level
+// short, walking from the leaf to the root), Resource is short by Short.
+type QuotaError struct {
+	Queue      string `json:"queue"`
+	Resource   string `json:"resource"`
+	Reserved   int64  `json:"reserved"`
+	Asked      int64  `json:"asked"`
+	Capability int64  `json:"capability"`
+	Short      int64  `json:"short"`
+}
+
+func (e *QuotaError) Error() string {
+	f := func(v int64) string { return api.FormatQuantity(e.Resource, v) }
+	return fmt.Sprintf("queue %q is short of %s by %s: reserved %s + asked %s > capability %s",
+		e.Queue, e.Resource, f(e.Short), f(e.Reserved), f(e.Asked), f(e.Capability))
+}
+
+// Ledger is the hierarchical quota ledger: the queue tree, every
+// reservation, and the usage of every queue (the sum of the reservations in
+// its subtree). It is a deterministic state machine with no I/O and no
+// locking: one goroutine owns it (the leader's loop).
+type Ledger struct {
+	tree  *api.Tree
+	usage map[string]api.Resource
+	res   map[string]*Reservation // by job UID
+}
+
+// NewLedger returns an empty ledger over tree (nil means a tree of only the
+// root and default queues).
+func NewLedger(tree *api.Tree) *Ledger {
+	if tree == nil {
+		tree, _ = api.BuildTree(nil)
+	}
+	return &Ledger{tree: tree, usage: map[string]api.Resource{}, res: map[string]*Reservation{}}
+}
+
+// Tree returns the current queue tree.
+func (l *Ledger) Tree() *api.Tree { return l.tree }
+
+// Usage returns the reserved amount of a queue's subtree.
+func (l *Ledger) Usage(queue string) api.Resource { return l.usage[queue].Clone() }
+
+// Get returns the reservation of a job UID.
+func (l *Ledger) Get(uid string) (Reservation, bool) {
+	r, ok := l.res[uid]
+	if !ok {
+		return Reservation{}, false
+	}
+	return r.clone(), true
+}
+
+// Len returns the number of reservations.
+func (l *Ledger) Len() int { return len(l.res) }
+
+// Reservations returns every reservation, sorted by UID.
+func (l *Ledger) Reservations() []Reservation {
+	out := make([]Reservation, 0, len(l.res))
+	for _, r := range l.res {
+		out = append(out, r.clone())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Job.UID < out[j].Job.UID })
+	return out
+}
+
+// ValidateReserve checks a request without touching the ledger.
+func (l *Ledger) ValidateReserve(req ReserveRequest) error {
+	if req.Job.UID == "" {
+		return fmt.Errorf("%w: job %s/%s has an empty UID", ErrInvalid, req.Job.Namespace, req.Job.Name)
+	}
+	if err := req.Amount.Validate(); err != nil {
+		return fmt.Errorf("%w: job %s: %v", ErrInvalid, req.Job, err)
+	}
+	if req.Amount.IsZero() {
+		return fmt.Errorf("%w: job %s asks for an empty amount", ErrInvalid, req.Job)
+	}
+	if _, err := l.tree.JobPath(req.Queue); err != nil {
+		return fmt.Errorf("%w: job %s: %v", ErrInvalid, req.Job, err)
+	}
+	return nil
+}
+
+// Reserve admits req if, for its leaf queue and every ancestor, usage +
+// amount ≤ capability (unset dimensions unlimited). On success usage grows
+// at every level at once; on failure nothing changes and the error is a
+// *QuotaError naming the first level short. A request for a UID that already
+// holds a reservation returns that reservation (existed = true) whatever the
+// request says; a bad request returns an error wrapping ErrInvalid.
+func (l *Ledger) Reserve(req ReserveRequest) (res Reservation, existed bool, err error) {
+	if req.Job.UID != "" {
+		if r, ok := l.res[req.Job.UID]; ok {
+			return r.clone(), true, nil
+		}
+	}
+	if err := l.ValidateReserve(req); err != nil {
+		return Reservation{}, false, err
+	}
+	path, _ := l.tree.JobPath(req.Queue)
+	next := make([]api.Resource, len(path))
+	for i, q := range path {
+		u, err := l.usage[q].Add(req.Amount)
+		if err != nil {
+			return Reservation{}, false, fmt.Errorf("%w: queue %q: %v", ErrInvalid, q, err)
+		}
+		spec, _ := l.tree.Get(q)
+		if dim, over, bad := spec.Capability.Excess(u); bad {
+			capv, _ := spec.Capability.Get(dim)
+			return Reservation{}, false, &QuotaError{
+				Queue: q, Resource: dim, Reserved: l.usage[q].Get(dim), Asked: req.Amount.Get(dim),
+				Capability: capv, Short: over,
+			}
+		}
+		next[i] = u
+	}
+	for i, q := range path {
+		l.usage[q] = next[i]
+	}
+	r := &Reservation{
+		Job: req.Job, Queue: req.Queue, Path: path, Amount: req.Amount.Clone(),
+		State: Tentative, Lease: req.Lease, Shard: req.Shard,
+	}
+	if req.Lease == 0 {
+		// No session to bind to: the caller vouches for the job itself.
+		r.State = Confirmed
+	}
+	l.res[req.Job.UID] = r
+	return r.clone(), false, nil
+}
+
+// Confirm makes a tentative reservation durable. Confirming a confirmed
+// reservation is a no-op.
+func (l *Ledger) Confirm(uid string) (Reservation, error) {
+	r, ok := l.res[uid]
+	if !ok {
+		return Reservation{}, fmt.Errorf("%w: uid %q", ErrNotFound, uid)
+	}
+	r.State, r.Lease = Confirmed, 0
+	return r.clone(), nil
+}
+
+// Release removes a reservation and returns it; found is false (and nothing
+// changes) when the UID holds none.
+func (l *Ledger) Release(uid string) (res Reservation, found bool) {
+	r, ok := l.res[uid]
+	if !ok {
+		return Reservation{}, false
+	}
+	delete(l.res, uid)
+	for _, q := range r.Path {
+		u, _ := l.usage[q].Sub(r.Amount)
+		if u.IsZero() {
+			delete(l.usage, q)
+		} else {
+			l.usage[q] = u
+		}
+	}
+	return r.clone(), true
+}
+
+// SetTree replaces the queue tree. The specs are validated first; on error
+// the ledger is unchanged. Existing reservations are never cancelled, even
+// when a capability falls below usage: new reservations are blocked until
+// usage falls below it. A reservation whose queue still exists is counted
+// along its queue's new path.
+func (l *Ledger) SetTree(specs []api.QueueSpec) (*api.Tree, error) {
+	tree, err := api.BuildTree(specs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	l.tree = tree
+	l.recompute()
+	return tree, nil
+}
+
+// Restore inserts a reservation read back from storage, as is.
+func (l *Ledger) Restore(r Reservation) {
+	if old, ok := l.res[r.Job.UID]; ok {
+		l.Release(old.Job.UID)
+	}
+	rc := r.clone()
+	if p, err := l.tree.Path(rc.Queue); err == nil {
+		rc.Path = p
+	}
+	l.res[rc.Job.UID] = &rc
+	for _, q := range rc.Path {
+		u, _ := l.usage[q].Add(rc.Amount)
+		l.usage[q] = u
+	}
+}
+
+func (l *Ledger) recompute() {
+	l.usage = map[string]api.Resource{}
+	for _, r := range l.res {
+		if p, err := l.tree.Path(r.Queue); err == nil {
+			r.Path = p
+		}
+		for _, q := range r.Path {
+			u, _ := l.usage[q].Add(r.Amount)
+			l.usage[q] = u
+		}
+	}
+}

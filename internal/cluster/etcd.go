@@ -1,0 +1,103 @@
+package cluster
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Etcd is an in-process etcd server.
+type Etcd struct {
+	Endpoints []string
+	dir       string
+	e         *embed.Etcd
+}
+
+// EtcdOptions tunes the embedded etcd.
+type EtcdOptions struct {
+	// Dir is the data directory; empty means a new temporary one, removed on Close.
+	Dir string
+	// NoFsync trades durability for speed (tests that do not measure).
+	NoFsync bool
+}
+
+// StartEtcd starts an embedded single-member etcd on free loopback ports.
+func StartEtcd(opts EtcdOptions) (*Etcd, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		e, err := startEtcdOnce(opts)
+		if err == nil {
+			return e, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+func startEtcdOnce(opts EtcdOptions) (*Etcd, error) {
+	dir := opts.Dir
+	owned := false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "shardsched-etcd-")
+		if err != nil {
+			return nil, err
+		}
+		dir, owned = d, true
+	}
+	cport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	pport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "coordinator"
+	cfg.Dir = filepath.Join(dir, "data")
+	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cport))
+	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pport))
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	cfg.UnsafeNoFsync = opts.NoFsync
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		if owned {
+			os.RemoveAll(dir)
+		}
+		return nil, fmt.Errorf("start embedded etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		if owned {
+			os.RemoveAll(dir)
+		}
+		return nil, fmt.Errorf("embedded etcd not ready after 30s")
+	}
+	out := &Etcd{Endpoints: []string{cu.String()}, e: e}
+	if owned {
+		out.dir = dir
+	}
+	return out, nil
+}
+
+// Close stops etcd and removes a temporary data directory.
+func (e *Etcd) Close() {
+	if e == nil || e.e == nil {
+		return
+	}
+	e.e.Close()
+	<-e.e.Server.StopNotify()
+	e.e = nil
+	if e.dir != "" {
+		os.RemoveAll(e.dir)
+	}
+}

@@ -1,0 +1,143 @@
+// Package kube is the Kubernetes edge: conversions from core and Volcano
+// objects to the domain types of package api, and (later) the adapters that
+// implement the scheduler's ports with client-go. Nothing under api/, cache/,
+// coordinator/ or shard/ imports client-go; only this package does.
+package kube
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+var maxInt64 = big.NewInt(math.MaxInt64)
+
+// quantityInt converts q to an integer count of 10^scale units, rounding up
+// (as Kubernetes does for requests). It reports a negative quantity and one
+// that does not fit in int64 as errors naming the resource.
+func quantityInt(name string, q resource.Quantity, scale resource.Scale) (int64, error) {
+	if q.Sign() < 0 {
+		return 0, fmt.Errorf("%w: %s is %s", api.ErrNegative, name, q.String())
+	}
+	dec := q.AsDec() // exact
+	// value = unscaled × 10^-decScale; we want ceil(value × 10^-scale).
+	unscaled := new(big.Int).Set(dec.UnscaledBig())
+	exp := -int64(dec.Scale()) - int64(scale)
+	if exp > 40 && unscaled.Sign() != 0 {
+		return 0, fmt.Errorf("%w: %s is %s", api.ErrOverflow, name, q.String())
+	}
+	ten := big.NewInt(10)
+	if exp >= 0 {
+		unscaled.Mul(unscaled, new(big.Int).Exp(ten, big.NewInt(exp), nil))
+	} else {
+		if -exp > 400 {
+			// Far below one unit: anything non-zero rounds up to 1.
+			if unscaled.Sign() == 0 {
+				return 0, nil
+			}
+			return 1, nil
+		}
+		div := new(big.Int).Exp(ten, big.NewInt(-exp), nil)
+		quo, rem := new(big.Int).QuoRem(unscaled, div, new(big.Int))
+		if rem.Sign() != 0 {
+			quo.Add(quo, big.NewInt(1))
+		}
+		unscaled = quo
+	}
+	if unscaled.Cmp(maxInt64) > 0 {
+		return 0, fmt.Errorf("%w: %s is %s", api.ErrOverflow, name, q.String())
+	}
+	return unscaled.Int64(), nil
+}
+
+// ResourceFromList converts a ResourceList: cpu to milli-CPU, memory to
+// bytes, every other name to a scalar in whole units. Negative or overflowing
+// quantities are errors naming the resource; nothing panics.
+func ResourceFromList(list corev1.ResourceList) (api.Resource, error) {
+	out := api.Resource{}
+	for name, q := range list {
+		n := string(name)
+		var v int64
+		var err error
+		switch name {
+		case corev1.ResourceCPU:
+			v, err = quantityInt(n, q, resource.Milli)
+		default:
+			v, err = quantityInt(n, q, 0)
+		}
+		if err != nil {
+			return api.Resource{}, err
+		}
+		switch name {
+		case corev1.ResourceCPU:
+			out.MilliCPU = v
+		case corev1.ResourceMemory:
+			out.Memory = v
+		default:
+			out = out.With(n, v)
+		}
+	}
+	return out, nil
+}
+
+// LimitFromList converts a capability ResourceList to a Limit: listed
+// resources are bounded, the rest unlimited.
+func LimitFromList(list corev1.ResourceList) (api.Limit, error) {
+	r, err := ResourceFromList(list)
+	if err != nil {
+		return api.Limit{}, err
+	}
+	dims := make(map[string]int64, len(list))
+	for name := range list {
+		dims[string(name)] = r.Get(string(name))
+	}
+	return api.NewLimit(dims)
+}
+
+// ParseResource parses "cpu=2,memory=4Gi,nvidia.com/gpu=1" style input into
+// a ResourceList-backed Resource. It is used by flags and tests.
+func ParseQuantity(name, s string) (int64, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	scale := resource.Scale(0)
+	if name == string(corev1.ResourceCPU) {
+		scale = resource.Milli
+	}
+	return quantityInt(name, q, scale)
+}
+
+// QueueSpecFromVolcano converts a Volcano Queue.
+func QueueSpecFromVolcano(q *schedv1beta1.Queue) (api.QueueSpec, error) {
+	capability, err := LimitFromList(q.Spec.Capability)
+	if err != nil {
+		return api.QueueSpec{}, fmt.Errorf("queue %q capability: %w", q.Name, err)
+	}
+	deserved, err := ResourceFromList(q.Spec.Deserved)
+	if err != nil {
+		return api.QueueSpec{}, fmt.Errorf("queue %q deserved: %w", q.Name, err)
+	}
+	guarantee, err := ResourceFromList(q.Spec.Guarantee.Resource)
+	if err != nil {
+		return api.QueueSpec{}, fmt.Errorf("queue %q guarantee: %w", q.Name, err)
+	}
+	w := q.Spec.Weight
+	if w > math.MaxInt32 {
+		return api.QueueSpec{}, fmt.Errorf("queue %q: weight %d out of range", q.Name, w)
+	}
+	return api.QueueSpec{
+		Name:       q.Name,
+		Parent:     q.Spec.Parent,
+		Capability: capability,
+		Deserved:   deserved,
+		Guarantee:  guarantee,
+		Weight:     int32(w),
+	}, nil
+}

@@ -1,0 +1,80 @@
+package kube
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+var fuzzResourceNames = []string{"cpu", "memory", gpu, "pods"}
+
+// FuzzParseQuantity checks that ParseQuantity never panics, never returns a
+// negative amount, classifies its errors, and rounds up consistently with
+// Kubernetes' own Quantity.ScaledValue wherever that is exact.
+func FuzzParseQuantity(f *testing.F) {
+	for i, s := range []string{"1", "500m", "0.0001", "1Gi", "1E30", "-1", "9223372036854775807", "0", "1.5", "1e-400", "100n", "8Ei", ""} {
+		f.Add(uint8(i), s)
+	}
+	f.Fuzz(func(t *testing.T, which uint8, s string) {
+		name := fuzzResourceNames[int(which)%len(fuzzResourceNames)]
+		v, err := ParseQuantity(name, s)
+		q, qerr := resource.ParseQuantity(s)
+		if qerr != nil {
+			if err == nil {
+				t.Fatalf("ParseQuantity(%q, %q) = %d, but Kubernetes rejects it: %v", name, s, v, qerr)
+			}
+			return
+		}
+		if err != nil {
+			switch {
+			case q.Sign() < 0:
+				if !errors.Is(err, api.ErrNegative) {
+					t.Fatalf("ParseQuantity(%q, %q): negative quantity error %v does not wrap ErrNegative", name, s, err)
+				}
+			case errors.Is(err, api.ErrOverflow):
+				// Must really be beyond int64 (in milli for cpu).
+				approx := q.AsApproximateFloat64()
+				if name == "cpu" {
+					approx *= 1000
+				}
+				if approx < 9e18 {
+					t.Fatalf("ParseQuantity(%q, %q) reports overflow for %g", name, s, approx)
+				}
+			default:
+				t.Fatalf("ParseQuantity(%q, %q): unexpected error %v", name, s, err)
+			}
+			return
+		}
+		if v < 0 {
+			t.Fatalf("ParseQuantity(%q, %q) = %d < 0", name, s, v)
+		}
+		if q.Sign() < 0 {
+			t.Fatalf("ParseQuantity(%q, %q) = %d for a negative quantity", name, s, v)
+		}
+		scale := resource.Scale(0)
+		if name == "cpu" {
+			scale = resource.Milli
+		}
+		// ScaledValue rounds up too; trust it only well inside int64.
+		if v < math.MaxInt64/1024 {
+			if want := q.ScaledValue(scale); want != v {
+				t.Fatalf("ParseQuantity(%q, %q) = %d, Quantity.ScaledValue = %d", name, s, v, want)
+			}
+		}
+		if name == "cpu" {
+			// Whole units and milli-units of the same quantity must agree:
+			// ceil(x) - 1 < ceil(1000x)/1000 ≤ ceil(x).
+			units, err := ParseQuantity("pods", s)
+			if err != nil {
+				t.Fatalf("%q parses as %d milli-CPU but not as a count: %v", s, v, err)
+			}
+			if units < math.MaxInt64/1000 && (v > units*1000 || v <= (units-1)*1000) {
+				t.Fatalf("%q: %d milli-CPU inconsistent with %d units", s, v, units)
+			}
+		}
+	})
+}
