@@ -25,6 +25,11 @@ func quantityInt(name string, q resource.Quantity, scale resource.Scale) (int64,
 	if q.Sign() < 0 {
 		return 0, fmt.Errorf("%w: %s is %s", api.ErrNegative, name, q.String())
 	}
+	if q.Sign() == 0 {
+		// Zero with any exponent ("0e999999999") is zero; don't scale it,
+		// which would compute a huge power of ten.
+		return 0, nil
+	}
 	dec := q.AsDec() // exact
 	// value = unscaled × 10^-decScale; we want ceil(value × 10^-scale).
 	unscaled := new(big.Int).Set(dec.UnscaledBig())

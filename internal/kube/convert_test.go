@@ -35,6 +35,13 @@ func TestParseQuantity(t *testing.T) {
 		{name: "cpu", s: "9223372036854775807", wantErr: api.ErrOverflow, contains: []string{"cpu"}},
 		{name: "cpu", s: "1E30", wantErr: api.ErrOverflow, contains: []string{"cpu"}},
 		{name: "cpu", s: "-1", wantErr: api.ErrNegative, contains: []string{"cpu"}},
+		// Zero with a huge exponent used to make quantityInt compute 10^exp
+		// (found by FuzzParseQuantity; it ran out of memory).
+		{name: "cpu", s: "0e999999999", want: 0},
+		{name: "memory", s: "0E2000000000", want: 0},
+		{name: gpu, s: "0.000e1666666600", want: 0},
+		{name: "memory", s: "1e999999999", wantErr: api.ErrOverflow, contains: []string{"memory"}},
+		{name: "cpu", s: "1e-999999999", want: 1},
 		{name: "memory", s: "1Gi", want: 1 << 30},
 		{name: "memory", s: "1k", want: 1000},
 		{name: "memory", s: "1.5", want: 2},

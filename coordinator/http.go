@@ -1,0 +1,150 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// Wire format of the HTTP API (JSON over loopback or the pod network):
+//
+//	POST /v1/reserve       ReserveRequest      → reply
+//	POST /v1/confirm       {"uid": "..."}      → reply
+//	POST /v1/release       {"uid": "..."}      → reply
+//	PUT  /v1/queues        []api.QueueSpec     → reply
+//	GET  /v1/reservations                      → reply
+//
+// Errors come back as reply.Error with a code; a follower answers 503 with
+// code not_leader and the leader's address.
+
+type uidRequest struct {
+	UID string `json:"uid"`
+}
+
+type wireError struct {
+	Code    string      `json:"code"`
+	Message string      `json:"message"`
+	Quota   *QuotaError `json:"quota,omitempty"`
+	Leader  string      `json:"leader,omitempty"`
+}
+
+type reply struct {
+	result
+	Error *wireError `json:"error,omitempty"`
+}
+
+const (
+	codeQuota       = "quota"
+	codeInvalid     = "invalid"
+	codeNotFound    = "not_found"
+	codeNotLeader   = "not_leader"
+	codeUnavailable = "unavailable"
+	codeSession     = "session_expired"
+)
+
+func toWire(err error) (int, *wireError) {
+	var qe *QuotaError
+	switch {
+	case errors.As(err, &qe):
+		return http.StatusConflict, &wireError{Code: codeQuota, Message: err.Error(), Quota: qe}
+	case errors.Is(err, ErrInvalid):
+		return http.StatusBadRequest, &wireError{Code: codeInvalid, Message: err.Error()}
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, &wireError{Code: codeNotFound, Message: err.Error()}
+	case errors.Is(err, ErrNotLeader):
+		return http.StatusServiceUnavailable, &wireError{Code: codeNotLeader, Message: err.Error()}
+	case errors.Is(err, ErrSessionExpired):
+		return http.StatusGone, &wireError{Code: codeSession, Message: err.Error()}
+	default:
+		return http.StatusServiceUnavailable, &wireError{Code: codeUnavailable, Message: err.Error()}
+	}
+}
+
+// fromWire turns a wire error back into the typed errors of this package.
+func fromWire(w *wireError) error {
+	switch w.Code {
+	case codeQuota:
+		if w.Quota != nil {
+			return w.Quota
+		}
+	case codeInvalid:
+		return &wrapped{ErrInvalid, w.Message}
+	case codeNotFound:
+		return &wrapped{ErrNotFound, w.Message}
+	case codeNotLeader:
+		return &wrapped{ErrNotLeader, w.Message}
+	case codeSession:
+		return &wrapped{ErrSessionExpired, w.Message}
+	}
+	return &wrapped{ErrUnavailable, w.Message}
+}
+
+// wrapped carries a sentinel and the server's message.
+type wrapped struct {
+	sentinel error
+	msg      string
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.sentinel }
+
+const maxBody = 4 << 20
+
+func (s *Server) handler() http.Handler {
+	mux := http.NewServeMux()
+	decode := func(w http.ResponseWriter, r *http.Request, v any) bool {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+		if err := dec.Decode(v); err != nil {
+			s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "invalid request body: " + err.Error()}})
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("POST /v1/reserve", func(w http.ResponseWriter, r *http.Request) {
+		var req ReserveRequest
+		if decode(w, r, &req) {
+			s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opReserve, reserve: req}))
+		}
+	})
+	mux.HandleFunc("POST /v1/confirm", func(w http.ResponseWriter, r *http.Request) {
+		var req uidRequest
+		if decode(w, r, &req) {
+			s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opConfirm, uid: req.UID}))
+		}
+	})
+	mux.HandleFunc("POST /v1/release", func(w http.ResponseWriter, r *http.Request) {
+		var req uidRequest
+		if decode(w, r, &req) {
+			s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opRelease, uid: req.UID}))
+		}
+	})
+	mux.HandleFunc("PUT /v1/queues", func(w http.ResponseWriter, r *http.Request) {
+		var specs []api.QueueSpec
+		if decode(w, r, &specs) {
+			s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opSetTree, specs: specs}))
+		}
+	})
+	mux.HandleFunc("GET /v1/reservations", func(w http.ResponseWriter, r *http.Request) {
+		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opList}))
+	})
+	return mux
+}
+
+func (s *Server) writeReply(w http.ResponseWriter, ctx context.Context, res result) {
+	rep := reply{result: res}
+	status := http.StatusOK
+	if res.err != nil {
+		status, rep.Error = toWire(res.err)
+		if rep.Error.Code == codeNotLeader {
+			if addr, err := leaderAddr(ctx, s.cli, s.cfg.Prefix); err == nil {
+				rep.Error.Leader = addr
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(rep)
+}
