@@ -66,4 +66,3 @@ func TestSeedScenarioParentCapacity(t *testing.T) {
 		t.Fatalf("job-2 reservation %+v", r2.Reservation)
 	}
 }
-

@@ -129,12 +129,12 @@ type call struct {
 }
 
 type result struct {
-	Reservation  *Reservation   `json:"reservation,omitempty"`
-	Existed      bool           `json:"existed,omitempty"`
-	Found        bool           `json:"found,omitempty"`
-	Reservations []Reservation  `json:"reservations,omitempty"`
+	Reservation  *Reservation    `json:"reservation,omitempty"`
+	Existed      bool            `json:"existed,omitempty"`
+	Found        bool            `json:"found,omitempty"`
+	Reservations []Reservation   `json:"reservations,omitempty"`
 	Specs        []api.QueueSpec `json:"specs,omitempty"`
-	Seq          Seq            `json:"seq"`
+	Seq          Seq             `json:"seq"`
 	err          error
 }
 
