@@ -84,6 +84,7 @@ type Result struct {
 
 // Reserve asks for amount on queue and all its ancestors for job. A refusal
 // for lack of quota is a *QuotaError (errors.As); bad input wraps ErrInvalid.
+// Result.Seq is set for refusals too.
 func (c *Client) Reserve(ctx context.Context, job JobRef, queue string, amount api.Resource) (Result, error) {
 	return c.do(ctx, http.MethodPost, "/v1/reserve", ReserveRequest{
 		Job: job, Queue: queue, Amount: amount, Lease: int64(c.cfg.Lease), Shard: c.cfg.Shard,
@@ -175,7 +176,8 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte) (
 			c.setLeader(rep.Error.Leader)
 			return Result{}, true, err
 		}
-		return Result{}, retry, err
+		// Refusals carry the sequence number of the decision.
+		return Result{Seq: rep.Seq}, retry, err
 	}
 	out := Result{Existed: rep.Existed, Found: rep.Found, Reservations: rep.Reservations, Specs: rep.Specs, Seq: rep.Seq}
 	if rep.Reservation != nil {

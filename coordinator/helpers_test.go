@@ -3,12 +3,15 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/internal/testenv"
@@ -46,7 +49,7 @@ func newEnv(t *testing.T, n int, ttl int) *env {
 
 func (ev *env) etcdClient() *clientv3.Client {
 	ev.t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: ev.endpoints, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: ev.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		ev.t.Fatal(err)
 	}
@@ -61,6 +64,9 @@ func (ev *env) add() *participant {
 	ev.mu.Lock()
 	cfg.Name = fmt.Sprintf("coord-%d", len(ev.servers))
 	ev.mu.Unlock()
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	s, err := NewServer(cli, cfg)
 	if err != nil {
 		ev.t.Fatal(err)

@@ -148,11 +148,13 @@ type Server struct {
 	ln  net.Listener
 	hs  *http.Server
 
-	mu      sync.Mutex // guards the fields below
-	calls   chan *call // the current term's request channel; nil when not leading
-	term    int64
-	session *concurrency.Session
-	stopped bool
+	mu    sync.Mutex // guards the fields below
+	calls chan *call // the current term's request channel; nil when not leading
+	// termEnded is closed when the current term stops taking calls.
+	termEnded chan struct{}
+	term      int64
+	session   *concurrency.Session
+	stopped   bool
 }
 
 // NewServer validates cfg and listens; Run campaigns and serves.
@@ -298,13 +300,15 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session, el *concur
 	watchErr := make(chan error, 1)
 	go t.watchExpiry(wctx, loadRev, calls, watchErr)
 
+	ended := make(chan struct{})
 	s.mu.Lock()
-	s.calls, s.term = calls, t.rev
+	s.calls, s.term, s.termEnded = calls, t.rev, ended
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.calls = nil
 		s.mu.Unlock()
+		close(ended)
 		// Fail whatever is still queued; clients retry on the next leader.
 		for {
 			select {
@@ -543,7 +547,7 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 				}
 			}
 		}
-		rev, err := t.txn(ctx, ops)
+		rev, err := t.txn(ctx, dedupeOps(ops))
 		if err == nil {
 			for _, uid := range puts {
 				t.revs[uid] = rev
@@ -553,7 +557,7 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 			}
 			return nil
 		}
-		if errors.Is(err, ErrNotLeader) || attempt >= maxAttempts || ctx.Err() != nil {
+		if errors.Is(err, ErrNotLeader) || attempt >= maxAttempts {
 			for _, p := range ps {
 				if errors.Is(err, ErrNotLeader) {
 					p.c.done <- result{err: ErrNotLeader}
@@ -582,7 +586,11 @@ func (t *term) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
 	var rev int64
 	for len(ops) > 0 || rev == 0 {
 		n := min(len(ops), t.s.cfg.MaxGroupOps)
-		cctx, cancel := context.WithTimeout(ctx, t.s.cfg.CommitTimeout)
+		// Not derived from the term's context: a commit that is in flight
+		// when the term ends must still get a definite answer (committed
+		// under our leadership, or refused by the compare), so no caller
+		// is told "unavailable" for a write that landed.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.s.cfg.CommitTimeout)
 		resp, err := t.s.cli.Txn(cctx).
 			If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.rev)).
 			Then(ops[:n]...).
@@ -598,6 +606,26 @@ func (t *term) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
 		ops = ops[n:]
 	}
 	return rev, nil
+}
+
+// dedupeOps keeps only the last operation on each key (etcd refuses a Txn
+// that names a key twice); the group is atomic, so only its final state
+// matters. Order is otherwise preserved.
+func dedupeOps(ops []clientv3.Op) []clientv3.Op {
+	last := make(map[string]int, len(ops))
+	for i, op := range ops {
+		last[string(op.KeyBytes())] = i
+	}
+	if len(last) == len(ops) {
+		return ops
+	}
+	out := make([]clientv3.Op, 0, len(last))
+	for i, op := range ops {
+		if last[string(op.KeyBytes())] == i {
+			out = append(out, op)
+		}
+	}
+	return out
 }
 
 func (t *term) findDeadLeases(ctx context.Context, batch []*call, dead map[int64]bool) {
@@ -620,7 +648,7 @@ func (t *term) findDeadLeases(ctx context.Context, batch []*call, dead map[int64
 // submit hands a call to the leader loop of this server, if it leads.
 func (s *Server) submit(ctx context.Context, c *call) result {
 	s.mu.Lock()
-	calls := s.calls
+	calls, ended := s.calls, s.termEnded
 	s.mu.Unlock()
 	if calls == nil {
 		return result{err: ErrNotLeader}
@@ -628,6 +656,8 @@ func (s *Server) submit(ctx context.Context, c *call) result {
 	c.done = make(chan result, 1)
 	select {
 	case calls <- c:
+	case <-ended:
+		return result{err: ErrNotLeader}
 	case <-ctx.Done():
 		return result{err: ctx.Err()}
 	}

@@ -23,6 +23,9 @@ type EtcdOptions struct {
 	Dir string
 	// NoFsync trades durability for speed (tests that do not measure).
 	NoFsync bool
+	// LogLevel is etcd's log level (default "error"; tests use "fatal" to
+	// keep shutdown noise out of their output).
+	LogLevel string
 }
 
 // StartEtcd starts an embedded single-member etcd on free loopback ports.
@@ -65,6 +68,9 @@ func startEtcdOnce(opts EtcdOptions) (*Etcd, error) {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
+	if opts.LogLevel != "" {
+		cfg.LogLevel = opts.LogLevel
+	}
 	cfg.UnsafeNoFsync = opts.NoFsync
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

@@ -19,7 +19,7 @@ type TB interface {
 // the test ends.
 func NewEtcd(t TB) *cluster.Etcd {
 	t.Helper()
-	e, err := cluster.StartEtcd(cluster.EtcdOptions{NoFsync: true})
+	e, err := cluster.StartEtcd(cluster.EtcdOptions{NoFsync: true, LogLevel: "fatal"})
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
