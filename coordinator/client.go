@@ -31,17 +31,27 @@ type ClientConfig struct {
 	Backoff, MaxBackoff time.Duration
 	// RequestTimeout bounds one HTTP attempt.
 	RequestTimeout time.Duration
+	// Batch sends concurrent Reserve, Confirm and Release calls together,
+	// up to MaxBatch per HTTP request and MaxInflightBatches requests at
+	// once. A batch that fails as a whole (leader change, network) falls
+	// back to one request per call with the usual retries.
+	Batch              bool
+	MaxBatch           int
+	MaxInflightBatches int
 }
 
 // DefaultClientConfig returns 8 attempts with 25 ms to 1 s backoff, enough to
 // ride over a leader failover of a few seconds.
 func DefaultClientConfig() ClientConfig {
 	return ClientConfig{
-		Prefix:         DefaultConfig().Prefix,
-		MaxAttempts:    8,
-		Backoff:        25 * time.Millisecond,
-		MaxBackoff:     time.Second,
-		RequestTimeout: 10 * time.Second,
+		Prefix:             DefaultConfig().Prefix,
+		MaxAttempts:        8,
+		Backoff:            25 * time.Millisecond,
+		MaxBackoff:         time.Second,
+		RequestTimeout:     10 * time.Second,
+		Batch:              true,
+		MaxBatch:           128,
+		MaxInflightBatches: 2,
 	}
 }
 
@@ -53,8 +63,26 @@ type Client struct {
 	cli *clientv3.Client
 	hc  *http.Client
 
+	queue  chan *queued // batched calls waiting for the dispatcher
+	closed chan struct{}
+	wg     sync.WaitGroup
+
 	mu     sync.Mutex // guards leader
 	leader string
+}
+
+// queued is one batched call waiting for its answer.
+type queued struct {
+	ctx  context.Context
+	item batchItem
+	path string // the single-request endpoint, for the fallback
+	body any
+	done chan batchResult // buffered, 1
+}
+
+type batchResult struct {
+	res Result
+	err error
 }
 
 // NewClient returns a client; cli is used only to find the leader.
@@ -65,12 +93,30 @@ func NewClient(cli *clientv3.Client, cfg ClientConfig) (*Client, error) {
 	if cfg.Prefix == "" || cfg.MaxAttempts < 1 || cfg.Backoff <= 0 || cfg.MaxBackoff < cfg.Backoff || cfg.RequestTimeout <= 0 {
 		return nil, fmt.Errorf("coordinator client: invalid config %+v", cfg)
 	}
+	if cfg.Batch && (cfg.MaxBatch < 1 || cfg.MaxBatch > maxBatch || cfg.MaxInflightBatches < 1) {
+		return nil, fmt.Errorf("coordinator client: batch size %d (1..%d) or in-flight batches %d (≥1) out of range", cfg.MaxBatch, maxBatch, cfg.MaxInflightBatches)
+	}
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
-	return &Client{cfg: cfg, cli: cli, hc: &http.Client{Transport: tr}}, nil
+	c := &Client{cfg: cfg, cli: cli, hc: &http.Client{Transport: tr}, closed: make(chan struct{})}
+	if cfg.Batch {
+		c.queue = make(chan *queued, 4*cfg.MaxBatch)
+		c.wg.Add(1)
+		go c.dispatch()
+	}
+	return c, nil
 }
 
-// Close releases idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+// Close stops the batch dispatcher (waiting calls fail) and releases idle
+// connections. The client must not be used afterwards.
+func (c *Client) Close() {
+	select {
+	case <-c.closed:
+	default:
+		close(c.closed)
+	}
+	c.wg.Wait()
+	c.hc.CloseIdleConnections()
+}
 
 // Result is the answer to a request.
 type Result struct {
@@ -86,20 +132,19 @@ type Result struct {
 // for lack of quota is a *QuotaError (errors.As); bad input wraps ErrInvalid.
 // Result.Seq is set for refusals too.
 func (c *Client) Reserve(ctx context.Context, job JobRef, queue string, amount api.Resource) (Result, error) {
-	return c.do(ctx, http.MethodPost, "/v1/reserve", ReserveRequest{
-		Job: job, Queue: queue, Amount: amount, Lease: int64(c.cfg.Lease), Shard: c.cfg.Shard,
-	})
+	req := ReserveRequest{Job: job, Queue: queue, Amount: amount, Lease: int64(c.cfg.Lease), Shard: c.cfg.Shard}
+	return c.batched(ctx, batchItem{Op: "reserve", Reserve: &req}, "/v1/reserve", req)
 }
 
 // Confirm makes a job's reservation durable once its gang is bound.
 func (c *Client) Confirm(ctx context.Context, uid string) (Result, error) {
-	return c.do(ctx, http.MethodPost, "/v1/confirm", uidRequest{UID: uid})
+	return c.batched(ctx, batchItem{Op: "confirm", UID: uid}, "/v1/confirm", uidRequest{UID: uid})
 }
 
 // Release frees a job's reservation; releasing an unknown UID is not an error
 // (Result.Found is false).
 func (c *Client) Release(ctx context.Context, uid string) (Result, error) {
-	return c.do(ctx, http.MethodPost, "/v1/release", uidRequest{UID: uid})
+	return c.batched(ctx, batchItem{Op: "release", UID: uid}, "/v1/release", uidRequest{UID: uid})
 }
 
 // SetQueues replaces the queue tree; an invalid tree wraps ErrInvalid and
@@ -179,11 +224,7 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte) (
 		// Refusals carry the sequence number of the decision.
 		return Result{Seq: rep.Seq}, retry, err
 	}
-	out := Result{Existed: rep.Existed, Found: rep.Found, Reservations: rep.Reservations, Specs: rep.Specs, Seq: rep.Seq}
-	if rep.Reservation != nil {
-		out.Reservation = *rep.Reservation
-	}
-	return out, false, nil
+	return resultOf(rep), false, nil
 }
 
 func (c *Client) leaderAddr(ctx context.Context) (string, error) {
@@ -215,4 +256,162 @@ func (c *Client) forgetLeader(addr string) {
 		c.leader = ""
 	}
 	c.mu.Unlock()
+}
+
+// batched queues a call for the dispatcher, or sends it alone when batching
+// is off.
+func (c *Client) batched(ctx context.Context, item batchItem, path string, body any) (Result, error) {
+	if c.queue == nil {
+		return c.do(ctx, http.MethodPost, path, body)
+	}
+	q := &queued{ctx: ctx, item: item, path: path, body: body, done: make(chan batchResult, 1)}
+	select {
+	case c.queue <- q:
+	case <-c.closed:
+		return Result{}, fmt.Errorf("%w: client closed", ErrUnavailable)
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	select {
+	case r := <-q.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+// dispatch collects waiting calls into batches; calls that arrive while
+// MaxInflightBatches are in flight form the next, larger batch.
+func (c *Client) dispatch() {
+	defer c.wg.Done()
+	sem := make(chan struct{}, c.cfg.MaxInflightBatches)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	for {
+		var first *queued
+		select {
+		case <-c.closed:
+			c.failQueued()
+			return
+		case first = <-c.queue:
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-c.closed:
+			first.done <- batchResult{err: fmt.Errorf("%w: client closed", ErrUnavailable)}
+			c.failQueued()
+			return
+		}
+		batch := []*queued{first}
+	fill:
+		for len(batch) < c.cfg.MaxBatch {
+			select {
+			case q := <-c.queue:
+				batch = append(batch, q)
+			default:
+				break fill
+			}
+		}
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			defer func() { <-sem }()
+			c.sendBatch(batch)
+		}()
+	}
+}
+
+func (c *Client) failQueued() {
+	for {
+		select {
+		case q := <-c.queue:
+			q.done <- batchResult{err: fmt.Errorf("%w: client closed", ErrUnavailable)}
+		default:
+			return
+		}
+	}
+}
+
+// sendBatch makes one attempt at the whole batch; calls it could not settle
+// (leader change, network, timeout) are retried alone with backoff.
+func (c *Client) sendBatch(batch []*queued) {
+	var live []*queued
+	for _, q := range batch {
+		if q.ctx.Err() != nil {
+			q.done <- batchResult{err: q.ctx.Err()}
+			continue
+		}
+		live = append(live, q)
+	}
+	if len(live) == 0 {
+		return
+	}
+	items := make([]batchItem, len(live))
+	for i, q := range live {
+		items[i] = q.item
+	}
+	var replies []reply
+	if addr, err := c.leaderAddr(context.Background()); err == nil {
+		replies, err = c.postBatch(addr, items)
+		if err != nil {
+			c.forgetLeader(addr)
+		}
+	}
+	for i, q := range live {
+		if i < len(replies) {
+			rep := replies[i]
+			if rep.Error == nil {
+				q.done <- batchResult{res: resultOf(rep)}
+				continue
+			}
+			err := fromWire(rep.Error)
+			if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrUnavailable) {
+				q.done <- batchResult{res: Result{Seq: rep.Seq}, err: err}
+				continue
+			}
+		}
+		// Unsettled: retry alone (idempotent by UID).
+		go func(q *queued) {
+			res, err := c.do(q.ctx, http.MethodPost, q.path, q.body)
+			q.done <- batchResult{res: res, err: err}
+		}(q)
+	}
+}
+
+func (c *Client) postBatch(addr string, items []batchItem) ([]reply, error) {
+	payload, err := json.Marshal(items)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, addr+"/v1/batch", bytes.NewReader(payload))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var br batchReply
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64*maxBody)).Decode(&br); err != nil {
+		return nil, err
+	}
+	if br.Error != nil {
+		return nil, fromWire(br.Error)
+	}
+	if len(br.Replies) != len(items) {
+		return nil, fmt.Errorf("%w: batch of %d got %d replies", ErrUnavailable, len(items), len(br.Replies))
+	}
+	return br.Replies, nil
+}
+
+func resultOf(rep reply) Result {
+	out := Result{Existed: rep.Existed, Found: rep.Found, Reservations: rep.Reservations, Specs: rep.Specs, Seq: rep.Seq}
+	if rep.Reservation != nil {
+		out.Reservation = *rep.Reservation
+	}
+	return out
 }

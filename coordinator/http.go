@@ -16,6 +16,7 @@ import (
 //	POST /v1/release       {"uid": "..."}      → reply
 //	PUT  /v1/queues        []api.QueueSpec     → reply
 //	GET  /v1/reservations                      → reply
+//	POST /v1/batch         []batchItem         → batchReply (one reply per item, in order)
 //
 // Errors come back as reply.Error with a code; a follower answers 503 with
 // code not_leader and the leader's address.
@@ -23,6 +24,21 @@ import (
 type uidRequest struct {
 	UID string `json:"uid"`
 }
+
+// batchItem is one reserve, confirm or release in a batch.
+type batchItem struct {
+	Op      string          `json:"op"` // "reserve", "confirm", "release"
+	Reserve *ReserveRequest `json:"reserve,omitempty"`
+	UID     string          `json:"uid,omitempty"`
+}
+
+type batchReply struct {
+	Replies []reply    `json:"replies,omitempty"`
+	Error   *wireError `json:"error,omitempty"`
+}
+
+// maxBatch bounds the items of one batch request.
+const maxBatch = 1024
 
 type wireError struct {
 	Code    string      `json:"code"`
@@ -126,6 +142,40 @@ func (s *Server) handler() http.Handler {
 		if decode(w, r, &specs) {
 			s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opSetTree, specs: specs}))
 		}
+	})
+	mux.HandleFunc("POST /v1/batch", func(w http.ResponseWriter, r *http.Request) {
+		var items []batchItem
+		if !decode(w, r, &items) {
+			return
+		}
+		if len(items) > maxBatch {
+			s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "batch of more than 1024 items"}})
+			return
+		}
+		calls := make([]*call, len(items))
+		for i, it := range items {
+			switch {
+			case it.Op == "reserve" && it.Reserve != nil:
+				calls[i] = &call{kind: opReserve, reserve: *it.Reserve}
+			case it.Op == "confirm":
+				calls[i] = &call{kind: opConfirm, uid: it.UID}
+			case it.Op == "release":
+				calls[i] = &call{kind: opRelease, uid: it.UID}
+			default:
+				s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "batch item " + itoa(int64(i)) + ": unknown op " + it.Op}})
+				return
+			}
+		}
+		results := s.submitMany(r.Context(), calls)
+		out := batchReply{Replies: make([]reply, len(results))}
+		for i, res := range results {
+			out.Replies[i] = reply{result: res}
+			if res.err != nil {
+				_, out.Replies[i].Error = toWire(res.err)
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
 	})
 	mux.HandleFunc("GET /v1/reservations", func(w http.ResponseWriter, r *http.Request) {
 		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opList}))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -107,6 +108,26 @@ func (s Seq) Less(o Seq) bool {
 	return s.Index < o.Index
 }
 
+// serverStats are cumulative counters of the leader loop.
+type serverStats struct {
+	groups, calls, txns, commitNanos, applyNanos atomic.Int64
+}
+
+// Stats is a snapshot of a server's counters since it started.
+type Stats struct {
+	Groups, Calls, Txns   int64
+	CommitTime, ApplyTime time.Duration
+}
+
+// Stats returns the leader-loop counters: groups committed, calls answered,
+// etcd Txns, and time spent committing and applying.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Groups: s.stats.groups.Load(), Calls: s.stats.calls.Load(), Txns: s.stats.txns.Load(),
+		CommitTime: time.Duration(s.stats.commitNanos.Load()), ApplyTime: time.Duration(s.stats.applyNanos.Load()),
+	}
+}
+
 type opKind int
 
 const (
@@ -147,6 +168,8 @@ type Server struct {
 	log *slog.Logger
 	ln  net.Listener
 	hs  *http.Server
+
+	stats serverStats
 
 	mu    sync.Mutex // guards the fields below
 	calls chan *call // the current term's request channel; nil when not leading
@@ -547,8 +570,12 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 				}
 			}
 		}
+		t0 := time.Now()
 		rev, err := t.txn(ctx, dedupeOps(ops))
+		t.s.stats.commitNanos.Add(int64(time.Since(t0)))
 		if err == nil {
+			t.s.stats.groups.Add(1)
+			t.s.stats.calls.Add(int64(len(ps)))
 			for _, uid := range puts {
 				t.revs[uid] = rev
 			}
@@ -596,6 +623,7 @@ func (t *term) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
 			Then(ops[:n]...).
 			Commit()
 		cancel()
+		t.s.stats.txns.Add(1)
 		if err != nil {
 			return 0, err
 		}
@@ -667,6 +695,43 @@ func (s *Server) submit(ctx context.Context, c *call) result {
 	case <-ctx.Done():
 		return result{err: ctx.Err()}
 	}
+}
+
+// submitMany hands calls to the leader loop in order and waits for all.
+func (s *Server) submitMany(ctx context.Context, calls []*call) []result {
+	out := make([]result, len(calls))
+	s.mu.Lock()
+	ch, ended := s.calls, s.termEnded
+	s.mu.Unlock()
+	sent := 0
+	for i, c := range calls {
+		c.done = make(chan result, 1)
+		if ch == nil {
+			out[i] = result{err: ErrNotLeader}
+			continue
+		}
+		select {
+		case ch <- c:
+			sent++
+			continue
+		case <-ended:
+			out[i] = result{err: ErrNotLeader}
+		case <-ctx.Done():
+			out[i] = result{err: ctx.Err()}
+		}
+		calls[i] = nil
+	}
+	for i, c := range calls {
+		if c == nil || out[i].err != nil {
+			continue
+		}
+		select {
+		case out[i] = <-c.done:
+		case <-ctx.Done():
+			out[i] = result{err: ctx.Err()}
+		}
+	}
+	return out
 }
 
 // leaderAddr returns the current leader's address from etcd.

@@ -1,0 +1,372 @@
+// Command coordbench measures hierarchical quota reservations on one
+// embedded etcd (fsync on): the coordinator (one leader applying requests in
+// order and committing them in grouped, leadership-guarded Txns) against a
+// naive baseline in the same run, where every reservation is one etcd Txn
+// that compares and swaps the usage key of the leaf and every ancestor and
+// is retried on conflict.
+//
+//	go run ./bench/coordbench                      # 1, 8, 32 clients, 5 s each
+//	go run ./bench/coordbench -clients 8 -inflight 1,16 -duration 10s
+//
+// A client is one shard: it has its own etcd session and issues up to
+// -inflight reservations at once (a shard admits many jobs per cycle). Both
+// systems get the same clients and in-flight depth.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/internal/cluster"
+)
+
+type options struct {
+	clients    []int
+	inflight   []int
+	duration   time.Duration
+	leaves     int
+	noFsync    bool
+	groupDelay time.Duration
+}
+
+func parseInts(flagName, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1024 {
+			return nil, fmt.Errorf("-%s: %q is not an integer between 1 and 1024", flagName, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func main() {
+	var o options
+	clients := flag.String("clients", "1,8,32", "comma-separated numbers of concurrent clients (shards)")
+	inflight := flag.String("inflight", "1,64", "comma-separated in-flight reservations per client")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measuring time per configuration and system")
+	flag.IntVar(&o.leaves, "leaves", 8, "leaf queues (tree: root -> 2 parents -> leaves)")
+	flag.BoolVar(&o.noFsync, "no-fsync", false, "run etcd without fsync")
+	flag.DurationVar(&o.groupDelay, "group-delay", 0, "coordinator group delay (0: commit when no request waits)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "coordbench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "coordbench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var err error
+	if o.clients, err = parseInts("clients", *clients); err == nil {
+		o.inflight, err = parseInts("inflight", *inflight)
+	}
+	if err == nil && (o.duration < 100*time.Millisecond || o.duration > time.Hour) {
+		err = fmt.Errorf("-duration %s: must be between 100ms and 1h", o.duration)
+	}
+	if err == nil && (o.leaves < 1 || o.leaves > 1000) {
+		err = fmt.Errorf("-leaves %d: must be between 1 and 1000", o.leaves)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "coordbench:", err)
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		pprof.StopCPUProfile()
+		fmt.Fprintln(os.Stderr, "coordbench:", err)
+		os.Exit(1)
+	}
+}
+
+type stats struct {
+	system            string
+	clients, inflight int
+	ops               int64
+	conflicts         int64
+	gaveUp            int64
+	elapsed           time.Duration
+	lat               []time.Duration
+}
+
+func (s stats) rate() float64 { return float64(s.ops) / s.elapsed.Seconds() }
+
+func (s stats) pct(p float64) time.Duration {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	sort.Slice(s.lat, func(i, j int) bool { return s.lat[i] < s.lat[j] })
+	return s.lat[min(len(s.lat)-1, int(p*float64(len(s.lat))))]
+}
+
+func run(o options) error {
+	e, err := cluster.StartEtcd(cluster.EtcdOptions{NoFsync: o.noFsync, LogLevel: "fatal"})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	newCli := func() (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	}
+	specs := []api.QueueSpec{{Name: "p0"}, {Name: "p1"}}
+	var leaves []string
+	for i := 0; i < o.leaves; i++ {
+		leaf := fmt.Sprintf("leaf-%d", i)
+		leaves = append(leaves, leaf)
+		specs = append(specs, api.QueueSpec{Name: leaf, Parent: fmt.Sprintf("p%d", i%2)})
+	}
+
+	// The coordinator: one participant, which leads.
+	scli, err := newCli()
+	if err != nil {
+		return err
+	}
+	defer scli.Close()
+	cfg := coordinator.DefaultConfig()
+	cfg.GroupDelay = o.groupDelay
+	srv, err := coordinator.NewServer(scli, cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = srv.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); !srv.IsLeader(); {
+		if time.Now().After(deadline) {
+			return errors.New("coordinator did not become leader")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	fmt.Printf("coordbench: embedded etcd (fsync %v), tree root -> 2 parents -> %d leaves, %s per run\n\n", !o.noFsync, o.leaves, o.duration)
+	fmt.Printf("| clients | in-flight | system | reservations/s | p50 | p99 | conflict retries | given up | ratio |\n")
+	fmt.Printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	round := 0
+	for _, n := range o.clients {
+		for _, inf := range o.inflight {
+			round++
+			before := srv.Stats()
+			ours, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round)
+			if err != nil {
+				return err
+			}
+			naive, err := runNaive(ctx, newCli, specs, leaves, n, inf, o.duration, round)
+			if err != nil {
+				return err
+			}
+			ratio := ours.rate() / naive.rate()
+			st := srv.Stats()
+			if g := st.Groups - before.Groups; g > 0 && os.Getenv("COORDBENCH_DEBUG") != "" {
+				fmt.Fprintf(os.Stderr, "coordinator: %d groups, %.1f calls/group, commit %.2f ms/group\n", g,
+					float64(st.Calls-before.Calls)/float64(g), float64((st.CommitTime-before.CommitTime).Milliseconds())/float64(g))
+			}
+			for _, s := range []stats{naive, ours} {
+				r := ""
+				if s.system == "coordinator" {
+					r = fmt.Sprintf("%.1f×", ratio)
+				}
+				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %d | %d | %s |\n", s.clients, s.inflight, s.system, s.rate(),
+					s.pct(0.50).Round(10*time.Microsecond), s.pct(0.99).Round(10*time.Microsecond), s.conflicts, s.gaveUp, r)
+			}
+		}
+	}
+	return nil
+}
+
+// drive runs clients × inflight workers calling op until d has passed.
+// An op still running one second after d is abandoned by the naive
+// baseline (given up), so a run never takes much longer than d.
+func drive(n, inflight int, d time.Duration, op func(client, worker, i int, stop time.Time) (conflicts int, err error)) (stats, error) {
+	var ops, conflicts, gaveUp atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(d)
+	for c := 0; c < n; c++ {
+		for w := 0; w < inflight; w++ {
+			wg.Add(1)
+			go func(c, w int) {
+				defer wg.Done()
+				local := make([]time.Duration, 0, 1024)
+				for i := 0; time.Now().Before(stop); i++ {
+					t0 := time.Now()
+					k, err := op(c, w, i, stop)
+					if errors.Is(err, errGaveUp) {
+						gaveUp.Add(1)
+						conflicts.Add(int64(k))
+						continue
+					}
+					if err != nil {
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+						return
+					}
+					local = append(local, time.Since(t0))
+					ops.Add(1)
+					conflicts.Add(int64(k))
+				}
+				mu.Lock()
+				lat = append(lat, local...)
+				mu.Unlock()
+			}(c, w)
+		}
+	}
+	wg.Wait()
+	return stats{clients: n, inflight: inflight, ops: ops.Load(), conflicts: conflicts.Load(), gaveUp: gaveUp.Load(), elapsed: time.Since(start), lat: lat}, firstErr
+}
+
+func runCoordinator(ctx context.Context, newCli func() (*clientv3.Client, error), cfg coordinator.Config,
+	specs []api.QueueSpec, leaves []string, n, inflight int, d time.Duration, round int) (stats, error) {
+	var clients []*coordinator.Client
+	var cleanup []func()
+	defer func() {
+		for _, f := range cleanup {
+			f()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		cli, err := newCli()
+		if err != nil {
+			return stats{}, err
+		}
+		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+		if err != nil {
+			cli.Close()
+			return stats{}, err
+		}
+		cc := coordinator.DefaultClientConfig()
+		cc.Prefix, cc.Shard, cc.Lease = cfg.Prefix, fmt.Sprintf("shard-%d", i), sess.Lease()
+		c, err := coordinator.NewClient(cli, cc)
+		if err != nil {
+			return stats{}, err
+		}
+		clients = append(clients, c)
+		cleanup = append(cleanup, func() { c.Close(); sess.Close(); cli.Close() })
+	}
+	if _, err := clients[0].SetQueues(ctx, specs); err != nil {
+		return stats{}, err
+	}
+	amount := api.NewResource(1000, 1<<30, nil)
+	s, err := drive(n, inflight, d, func(c, w, i int, _ time.Time) (int, error) {
+		uid := fmt.Sprintf("r%d-c%d-w%d-%d", round, c, w, i)
+		_, err := clients[c].Reserve(ctx, coordinator.JobRef{Namespace: "bench", Name: uid, UID: uid}, leaves[(c+w+i)%len(leaves)], amount)
+		return 0, err
+	})
+	s.system = "coordinator"
+	return s, err
+}
+
+// naiveMaxRetries bounds the conflict retries of one naive reservation; one
+// that exhausts them counts as given up, not as done.
+const naiveMaxRetries = 200
+
+var errGaveUp = errors.New("gave up after conflict retries")
+
+// runNaive: each reservation reads the usage of the leaf and its ancestors,
+// checks capability, and commits one Txn that compares every usage key's
+// ModRevision and writes the new usages and the reservation; on a failed
+// compare it retries from the read.
+func runNaive(ctx context.Context, newCli func() (*clientv3.Client, error), specs []api.QueueSpec, leaves []string,
+	n, inflight int, d time.Duration, round int) (stats, error) {
+	tree, err := api.BuildTree(specs)
+	if err != nil {
+		return stats{}, err
+	}
+	var clis []*clientv3.Client
+	defer func() {
+		for _, c := range clis {
+			c.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c, err := newCli()
+		if err != nil {
+			return stats{}, err
+		}
+		clis = append(clis, c)
+	}
+	prefix := fmt.Sprintf("/naive/%d/", round)
+	amount := api.NewResource(1000, 1<<30, nil)
+	s, err := drive(n, inflight, d, func(c, w, i int, stop time.Time) (int, error) {
+		cli := clis[c]
+		uid := fmt.Sprintf("c%d-w%d-%d", c, w, i)
+		path, err := tree.JobPath(leaves[(c+w+i)%len(leaves)])
+		if err != nil {
+			return 0, err
+		}
+		for conflicts := 0; ; conflicts++ {
+			ops := make([]clientv3.Op, len(path))
+			for j, q := range path {
+				ops[j] = clientv3.OpGet(prefix + "usage/" + q)
+			}
+			resp, err := cli.Txn(ctx).Then(ops...).Commit()
+			if err != nil {
+				return conflicts, err
+			}
+			var cmps []clientv3.Cmp
+			var puts []clientv3.Op
+			for j, q := range path {
+				key := prefix + "usage/" + q
+				var usage api.Resource
+				var modRev int64
+				if kvs := resp.Responses[j].GetResponseRange().Kvs; len(kvs) == 1 {
+					if err := json.Unmarshal(kvs[0].Value, &usage); err != nil {
+						return conflicts, err
+					}
+					modRev = kvs[0].ModRevision
+				}
+				next, err := usage.Add(amount)
+				if err != nil {
+					return conflicts, err
+				}
+				spec, _ := tree.Get(q)
+				if _, _, over := spec.Capability.Excess(next); over {
+					return conflicts, fmt.Errorf("naive: queue %s full", q)
+				}
+				b, _ := json.Marshal(next)
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", modRev))
+				puts = append(puts, clientv3.OpPut(key, string(b)))
+			}
+			puts = append(puts, clientv3.OpPut(prefix+"res/"+uid, "1"))
+			tr, err := cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
+			if err != nil {
+				return conflicts, err
+			}
+			if tr.Succeeded {
+				return conflicts, nil
+			}
+			if conflicts >= naiveMaxRetries || time.Now().After(stop.Add(time.Second)) {
+				return conflicts, errGaveUp
+			}
+		}
+	})
+	s.system = "naive CAS"
+	return s, err
+}
