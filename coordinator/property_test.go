@@ -115,9 +115,9 @@ func (m *model) reserve(uid, queue string, amount api.Resource) (bool, *QuotaErr
 // final ledger (as served and as stored in etcd) must equal the model.
 func TestPropertyLedgerMatchesSequentialModel(t *testing.T) {
 	const (
-		clients       = 8
-		opsPerClient  = 250
-		minTerms      = 3
+		clients      = 8
+		opsPerClient = 250
+		minTerms     = 3
 	)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
