@@ -72,6 +72,11 @@ func BuildTree(specs []QueueSpec) (*Tree, error) {
 		if s.Parent == s.Name {
 			return nil, fmt.Errorf("%w: queue %q is its own parent", ErrQueueCycle, s.Name)
 		}
+		for _, d := range s.Capability.Dims() {
+			if v, _ := s.Capability.Get(d); v < 0 {
+				return nil, fmt.Errorf("queue %q capability: %w: %s is %s", s.Name, ErrNegative, d, FormatQuantity(d, v))
+			}
+		}
 		if err := s.Deserved.Validate(); err != nil {
 			return nil, fmt.Errorf("queue %q deserved: %w", s.Name, err)
 		}

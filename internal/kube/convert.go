@@ -105,9 +105,14 @@ func LimitFromList(list corev1.ResourceList) (api.Limit, error) {
 	return api.NewLimit(dims)
 }
 
-// ParseResource parses "cpu=2,memory=4Gi,nvidia.com/gpu=1" style input into
-// a ResourceList-backed Resource. It is used by flags and tests.
+// ParseQuantity parses one quantity string for the named resource (cpu in
+// milli-CPU, everything else in whole units, rounded up). It is used for
+// flags and manifests; a negative, overflowing or malformed quantity is an
+// error naming the resource.
 func ParseQuantity(name, s string) (int64, error) {
+	if err := checkExponent(s); err != nil {
+		return 0, fmt.Errorf("%s: %q: %w", name, s, err)
+	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
@@ -145,4 +150,29 @@ func QueueSpecFromVolcano(q *schedv1beta1.Queue) (api.QueueSpec, error) {
 		Guarantee:  guarantee,
 		Weight:     int32(w),
 	}, nil
+}
+
+// checkExponent rejects decimal exponents beyond ±10000 before they reach
+// apimachinery, whose parser spends unbounded time on them (a 12-byte flag
+// value such as "1e-999999999" would hang start-up).
+func checkExponent(s string) error {
+	for i := 0; i < len(s); i++ {
+		if s[i] != 'e' && s[i] != 'E' {
+			continue
+		}
+		j := i + 1
+		if j < len(s) && (s[j] == '+' || s[j] == '-') {
+			j++
+		}
+		digits := 0
+		for ; j < len(s) && s[j] == '0'; j++ {
+		}
+		for ; j < len(s) && s[j] >= '0' && s[j] <= '9'; j++ {
+			digits++
+		}
+		if digits > 4 {
+			return fmt.Errorf("exponent out of range (at most ±9999)")
+		}
+	}
+	return nil
 }

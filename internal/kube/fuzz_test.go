@@ -3,6 +3,8 @@ package kube
 import (
 	"errors"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -21,6 +23,13 @@ func FuzzParseQuantity(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, which uint8, s string) {
 		name := fuzzResourceNames[int(which)%len(fuzzResourceNames)]
+		if hugeNonZeroExponent(s) {
+			// Upstream, not ours: resource.ParseQuantity itself computes
+			// 10^|exponent| for such input ("1e-999999999" runs for minutes
+			// and exhausts memory inside inf.Dec.Round), see
+			// kubernetes/kubernetes#141306. Zero mantissas are still fuzzed.
+			t.Skip("huge exponent on a non-zero mantissa hangs k8s ParseQuantity")
+		}
 		v, err := ParseQuantity(name, s)
 		q, qerr := resource.ParseQuantity(s)
 		if qerr != nil {
@@ -77,4 +86,18 @@ func FuzzParseQuantity(f *testing.F) {
 			}
 		}
 	})
+}
+
+// hugeNonZeroExponent reports whether s looks like a non-zero mantissa with a
+// decimal exponent beyond ±10000.
+func hugeNonZeroExponent(s string) bool {
+	i := strings.LastIndexAny(s, "eE")
+	if i < 0 {
+		return false
+	}
+	exp, err := strconv.ParseInt(s[i+1:], 10, 64)
+	if err != nil || (exp >= -10000 && exp <= 10000) {
+		return false
+	}
+	return strings.ContainsAny(s[:i], "123456789")
 }
