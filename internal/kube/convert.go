@@ -152,18 +152,20 @@ func QueueSpecFromVolcano(q *schedv1beta1.Queue) (api.QueueSpec, error) {
 	}, nil
 }
 
-// checkExponent rejects decimal exponents beyond ±10000 before they reach
-// apimachinery, whose parser spends unbounded time on them (a 12-byte flag
-// value such as "1e-999999999" would hang start-up).
+// checkExponent rejects negative decimal exponents beyond -9999 before they
+// reach apimachinery, whose parser spends unbounded time on them (a 12-byte
+// flag value such as "1e-999999999" would hang start-up). Huge positive
+// exponents parse quickly and are reported as overflow later.
 func checkExponent(s string) error {
 	for i := 0; i < len(s); i++ {
 		if s[i] != 'e' && s[i] != 'E' {
 			continue
 		}
 		j := i + 1
-		if j < len(s) && (s[j] == '+' || s[j] == '-') {
-			j++
+		if j >= len(s) || s[j] != '-' {
+			continue
 		}
+		j++
 		digits := 0
 		for ; j < len(s) && s[j] == '0'; j++ {
 		}
@@ -171,7 +173,7 @@ func checkExponent(s string) error {
 			digits++
 		}
 		if digits > 4 {
-			return fmt.Errorf("exponent out of range (at most ±9999)")
+			return fmt.Errorf("negative exponent out of range (at most -9999)")
 		}
 	}
 	return nil

@@ -223,3 +223,10 @@ func TestQueueSpecFromVolcano(t *testing.T) {
 		t.Errorf("negative deserved error = %v, want ErrNegative naming team-a and %s", err, gpu)
 	}
 }
+
+func TestParseQuantityRejectsHugeNegativeExponent(t *testing.T) {
+	_, err := ParseQuantity("cpu", "1e-999999999")
+	if err == nil || !strings.Contains(err.Error(), "exponent") || !strings.Contains(err.Error(), "cpu") {
+		t.Fatalf("ParseQuantity(1e-999999999) = %v, want an exponent error naming cpu", err)
+	}
+}
