@@ -1,0 +1,26 @@
+// Package shard is one scheduler shard: membership (hashicorp/memberlist),
+// the ring that says which shard owns which node partitions and queues
+// (xxhash rendezvous hashing), and the fenced handoff of that ownership
+// through etcd.
+//
+// # Ownership
+//
+// Nodes hash into P partitions (xxhash of the node name mod P). Every
+// partition and every queue is a key; the owner of a key is the live member
+// with the highest rendezvous score xxhash(key, member). A join or a leave
+// moves only the keys the joining or leaving member wins or held, about 1/N.
+//
+// Gossip is eventually consistent, so ownership is fenced in etcd. A shard
+// uses a key (schedules onto a partition, admits for a queue, writes a
+// queue's status) only while it holds the key's ownership record, created
+// in a Txn under its session lease when the record is absent. On losing a
+// key in the ring the old owner stops using it first, drains in-flight
+// binds, then deletes the record; the new owner acquires only when the
+// record is absent. A dead shard's records vanish when its lease expires. A
+// shard that sees its record deleted or its session expire stops using the
+// key at once.
+//
+// The decisions are made by Machine, a deterministic state machine driven by
+// events and a clock; Shard wraps it in one goroutine that talks to
+// memberlist and etcd.
+package shard

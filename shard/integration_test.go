@@ -1,0 +1,244 @@
+package shard
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func TestConvergeAfterStart(t *testing.T) {
+	tc := newTestCluster(t)
+	mon := tc.monitor()
+	first := tc.start("shard-0")
+	start := time.Now()
+	for i := 1; i < 4; i++ {
+		tc.start("shard-"+string(rune('0'+i)), first.s.GossipAddr())
+	}
+	tc.waitConverged(5 * time.Second)
+	t.Logf("4 shards: every key has exactly one holder %s after start", time.Since(start).Round(time.Millisecond))
+	mon.finish(t)
+	// The etcd records agree with what the shards hold.
+	cli := tc.etcd()
+	defer cli.Close()
+	resp, err := cli.Get(context.Background(), tc.prefix+"/own/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(resp.Count) != len(tc.allKeys()) {
+		t.Fatalf("%d ownership records in etcd, want %d", resp.Count, len(tc.allKeys()))
+	}
+}
+
+func TestCrashSurvivorsTakeOver(t *testing.T) {
+	tc := newTestCluster(t)
+	first := tc.start("shard-0")
+	for _, n := range []string{"shard-1", "shard-2", "shard-3"} {
+		tc.start(n, first.s.GossipAddr())
+	}
+	tc.waitConverged(5 * time.Second)
+	victim := "shard-2"
+	lost := len(tc.running()[victim].s.Owned())
+	mon := tc.monitor()
+	crashAt := time.Now()
+	tc.crash(victim)
+	took := tc.waitConverged(15 * time.Second)
+	t.Logf("crash of %s (%d keys): survivors hold all keys after %s (session TTL %d s, gossip probe 200 ms)",
+		victim, lost, took.Round(time.Millisecond), testTTL)
+	_ = crashAt
+	mon.finish(t)
+}
+
+func TestJoinMovesAboutOneNth(t *testing.T) {
+	tc := newTestCluster(t)
+	first := tc.start("shard-0")
+	tc.start("shard-1", first.s.GossipAddr())
+	tc.start("shard-2", first.s.GossipAddr())
+	tc.waitConverged(5 * time.Second)
+	before := tc.holders()
+	mon := tc.monitor()
+	joinAt := time.Now()
+	tc.start("shard-3", first.s.GossipAddr())
+	took := tc.waitConverged(10 * time.Second)
+	after := tc.holders()
+	moved := 0
+	for _, k := range tc.allKeys() {
+		if before[k][0] != after[k][0] {
+			moved++
+			if after[k][0] != "shard-3" {
+				t.Errorf("key %s moved from %s to %s, not to the new shard", k, before[k][0], after[k][0])
+			}
+		}
+	}
+	n := len(tc.allKeys())
+	ideal := float64(n) / 4
+	t.Logf("join: %d of %d keys moved (ideal %.1f, ratio %.2f), converged %s after join",
+		moved, n, ideal, float64(moved)/ideal, took.Round(time.Millisecond))
+	_ = joinAt
+	if r := float64(moved) / ideal; r < 0.5 || r > 1.5 {
+		t.Errorf("moved/ideal = %.2f, want about 1", r)
+	}
+	mon.finish(t)
+}
+
+func TestGossipIsolationNeverDoubleHolds(t *testing.T) {
+	tc := newTestCluster(t)
+	first := tc.start("shard-0")
+	tc.start("shard-1", first.s.GossipAddr())
+	iso := tc.start("shard-2", first.s.GossipAddr())
+	tc.waitConverged(5 * time.Second)
+	mon := tc.monitor()
+	isoKeys := iso.s.Owned()
+	iso.tr.blocked.Store(true)
+	// Long enough for every side to declare the other dead and try to take
+	// its keys: the records fence them.
+	time.Sleep(3 * time.Second)
+	// The isolated shard still has its etcd session, so it keeps its keys;
+	// the others could not take them.
+	if got := iso.s.Owned(); len(got) < len(isoKeys) {
+		t.Logf("isolated shard holds %d of its %d keys", len(got), len(isoKeys))
+	}
+	// A record the isolated shard loses (here: deleted by an operator) is
+	// no longer used by it.
+	cli := tc.etcd()
+	defer cli.Close()
+	victim := isoKeys[0]
+	if _, err := cli.Delete(context.Background(), tc.prefix+"/own/"+victim); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for iso.s.Holds(victim) || iso.s.Use(victim) {
+		if time.Now().After(deadline) {
+			t.Fatalf("isolated shard still uses %s after its record was deleted", victim)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	iso.tr.blocked.Store(false)
+	took := tc.waitConverged(15 * time.Second)
+	t.Logf("after the partition heals: converged in %s", took.Round(time.Millisecond))
+	mon.finish(t)
+}
+
+func TestHandoffWaitsForInflightUse(t *testing.T) {
+	tc := newTestCluster(t)
+	first := tc.start("shard-0")
+	tc.waitConverged(5 * time.Second)
+	// shard-0 holds everything; find a key the next shard will win.
+	ring := NewRing([]string{"shard-0", "shard-1"})
+	var key string
+	for _, k := range tc.allKeys() {
+		if o, _ := ring.Owner(k); o == "shard-1" {
+			key = k
+			break
+		}
+	}
+	if !first.s.Use(key) {
+		t.Fatalf("shard-0 cannot use %s", key)
+	}
+	tc.start("shard-1", first.s.GossipAddr())
+	// While the use is in flight the key must not move.
+	time.Sleep(1500 * time.Millisecond)
+	if first.s.Use(key) {
+		t.Fatalf("a new use of %s started while it is being handed off", key)
+	}
+	if h := tc.holders()[key]; len(h) != 0 {
+		t.Fatalf("%s held by %v while shard-0 still has a use in flight (draining)", key, h)
+	}
+	first.s.Done(key)
+	tc.waitConverged(5 * time.Second)
+}
+
+func TestBadInputAtStartup(t *testing.T) {
+	tc := newTestCluster(t)
+	first := tc.start("shard-0")
+	cli := tc.etcd()
+	defer cli.Close()
+
+	long := strings.Repeat("x", 600)
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte("too-short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"malformed join address", func(c *Config) { c.Join = []string{"no-port"} }, "join address"},
+		{"join port out of range", func(c *Config) { c.Join = []string{"127.0.0.1:99999"} }, "not 1..65535"},
+		{"duplicate shard name", func(c *Config) { c.Name = "shard-0" }, "duplicate shard name"},
+		{"metadata over the limit", func(c *Config) { c.APIAddr = "http://" + long }, "metadata"},
+		{"bad gossip key", func(c *Config) { c.GossipKeyFile = keyFile }, "16, 24 or 32 bytes"},
+		{"partitions out of range", func(c *Config) { c.Partitions = 0 }, "partitions"},
+		{"empty name", func(c *Config) { c.Name = "" }, "shard name"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := tc.config("shard-x")
+			cfg.Join = []string{first.s.GossipAddr()}
+			c.edit(&cfg)
+			s, err := New(context.Background(), cli, cfg)
+			if err == nil {
+				s.ml.Shutdown()
+				t.Fatalf("New succeeded, want an error mentioning %q", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not mention %q", err, c.want)
+			}
+		})
+	}
+	t.Run("no etcd reachable", func(t *testing.T) {
+		dead, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dead.Close()
+		cfg := tc.config("shard-y")
+		cfg.StartTimeout = time.Second
+		start := time.Now()
+		_, err = New(context.Background(), dead, cfg)
+		if err == nil || !strings.Contains(err.Error(), "etcd unreachable") {
+			t.Fatalf("New with no etcd: %v, want an etcd unreachable error", err)
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("New took %s to fail", time.Since(start))
+		}
+	})
+}
+
+func TestEncryptedGossip(t *testing.T) {
+	tc := newTestCluster(t)
+	keyFile := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(keyFile, []byte("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := func(name string, join ...string) *running {
+		cfg := tc.config(name)
+		cfg.GossipKeyFile = keyFile
+		cfg.Join = join
+		cli := tc.etcd()
+		s, err := New(context.Background(), cli, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetQueues(tc.queues)
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &running{s: s, cli: cli, cancel: cancel, done: make(chan struct{})}
+		go func() { defer close(r.done); _ = s.Run(ctx) }()
+		tc.mu.Lock()
+		tc.shards[name] = r
+		tc.mu.Unlock()
+		return r
+	}
+	a := start("enc-0")
+	start("enc-1", a.s.GossipAddr())
+	tc.waitConverged(5 * time.Second)
+	if n := len(a.s.Members()); n != 2 {
+		t.Fatalf("%d members with encrypted gossip, want 2", n)
+	}
+}

@@ -1,0 +1,310 @@
+package shard
+
+import (
+	"sort"
+	"time"
+)
+
+// KeyState is the state of one key in the ownership machine.
+type KeyState int
+
+// Key states. Only Held keys may be used.
+const (
+	// Absent: not held, nothing in flight.
+	Absent KeyState = iota
+	// Acquiring: an acquire Txn is in flight.
+	Acquiring
+	// Waiting: wanted, but another shard's record exists; retried when that
+	// record is deleted or at the next retry time.
+	Waiting
+	// Held: the record is ours and the lease is fresh; the key may be used.
+	Held
+	// Draining: no longer wanted (or the lease is stale); no new use starts,
+	// the release waits for in-flight uses to end.
+	Draining
+	// Releasing: the delete Txn is in flight.
+	Releasing
+)
+
+func (s KeyState) String() string {
+	return [...]string{"absent", "acquiring", "waiting", "held", "draining", "releasing"}[s]
+}
+
+// ActionKind says what the shell must do for a key.
+type ActionKind int
+
+// Actions.
+const (
+	// Acquire: create the key's ownership record under our lease if absent.
+	Acquire ActionKind = iota
+	// Release: delete the key's ownership record if it is still ours.
+	Release
+)
+
+func (a ActionKind) String() string {
+	if a == Acquire {
+		return "acquire"
+	}
+	return "release"
+}
+
+// Action is one etcd operation the shell must carry out and report back.
+type Action struct {
+	Kind ActionKind
+	Key  string
+}
+
+// MachineConfig tunes the machine.
+type MachineConfig struct {
+	// RetryAfter is how long a refused or failed acquire waits before it is
+	// tried again (a deleted record triggers an earlier try).
+	RetryAfter time.Duration
+	// LeaseMargin: keys stop being usable this long before the lease
+	// could expire, so a shard never uses a key whose record another
+	// shard may already have taken.
+	LeaseMargin time.Duration
+}
+
+type keyInfo struct {
+	state    KeyState
+	inflight int
+	retryAt  time.Time
+	epoch    int64 // create revision of our record, while held
+}
+
+// Machine decides ownership transitions. It is deterministic and not safe
+// for concurrent use: one owner (Shard) feeds it events in order, carries
+// out the actions it returns, and reports their results back as events.
+type Machine struct {
+	cfg        MachineConfig
+	now        time.Time
+	leaseUntil time.Time // the lease is known alive until then
+	desired    map[string]bool
+	keys       map[string]*keyInfo
+}
+
+// NewMachine returns a machine that wants nothing and holds nothing.
+func NewMachine(cfg MachineConfig, now time.Time) *Machine {
+	return &Machine{cfg: cfg, now: now, desired: map[string]bool{}, keys: map[string]*keyInfo{}}
+}
+
+func (m *Machine) info(key string) *keyInfo {
+	k, ok := m.keys[key]
+	if !ok {
+		k = &keyInfo{}
+		m.keys[key] = k
+	}
+	return k
+}
+
+func (m *Machine) gc(key string) {
+	if k, ok := m.keys[key]; ok && k.state == Absent && k.inflight == 0 && !m.desired[key] {
+		delete(m.keys, key)
+	}
+}
+
+// leaseFresh reports whether keys may be used now.
+func (m *Machine) leaseFresh() bool {
+	return m.now.Before(m.leaseUntil.Add(-m.cfg.LeaseMargin))
+}
+
+// SetDesired replaces the set of keys the ring gives this shard and returns
+// the actions that follow: acquires for new keys, releases for keys no
+// longer wanted that have nothing in flight.
+func (m *Machine) SetDesired(keys []string) []Action {
+	m.desired = make(map[string]bool, len(keys))
+	for _, k := range keys {
+		m.desired[k] = true
+	}
+	return m.step()
+}
+
+// Tick advances the clock: retries fall due and a stale lease stops use.
+func (m *Machine) Tick(now time.Time) []Action {
+	if now.After(m.now) {
+		m.now = now
+	}
+	return m.step()
+}
+
+// LeaseRenewed records that the lease is alive until the given time.
+func (m *Machine) LeaseRenewed(until time.Time) []Action {
+	if until.After(m.leaseUntil) {
+		m.leaseUntil = until
+	}
+	return m.step()
+}
+
+// Acquired reports that our record for key was created at revision epoch.
+func (m *Machine) Acquired(key string, epoch int64) []Action {
+	k := m.info(key)
+	if k.state == Acquiring {
+		k.state, k.epoch = Held, epoch
+	}
+	return m.step()
+}
+
+// AcquireRefused reports that another shard's record exists (or the Txn
+// failed); the key waits for that record to go or for the retry time.
+func (m *Machine) AcquireRefused(key string) []Action {
+	k := m.info(key)
+	if k.state == Acquiring {
+		k.state, k.retryAt = Waiting, m.now.Add(m.cfg.RetryAfter)
+	}
+	return m.step()
+}
+
+// Released reports that our record was deleted by our release (or was
+// already gone).
+func (m *Machine) Released(key string) []Action {
+	k := m.info(key)
+	if k.state == Releasing {
+		k.state, k.epoch = Absent, 0
+	}
+	return m.step()
+}
+
+// ReleaseFailed reports that the delete Txn failed; it is retried at once
+// on the next step.
+func (m *Machine) ReleaseFailed(key string) []Action {
+	k := m.info(key)
+	if k.state == Releasing {
+		k.state = Draining
+	}
+	return m.step()
+}
+
+// Lost reports that our record for key vanished without our release (lease
+// expiry, an operator's delete): stop using the key at once.
+func (m *Machine) Lost(key string) []Action {
+	k := m.info(key)
+	switch k.state {
+	case Held, Draining, Releasing:
+		k.state, k.epoch = Absent, 0
+	}
+	return m.step()
+}
+
+// RecordDeleted reports that someone's record for key was deleted: a
+// waiting key is tried again now.
+func (m *Machine) RecordDeleted(key string) []Action {
+	if k, ok := m.keys[key]; ok && k.state == Waiting {
+		k.retryAt = m.now
+	}
+	return m.step()
+}
+
+// Use starts one use of key (a bind onto a partition, an admission for a
+// queue) if the key is held and the lease fresh; the caller must call Done.
+func (m *Machine) Use(key string) (epoch int64, ok bool) {
+	k, found := m.keys[key]
+	if !found || k.state != Held || !m.leaseFresh() {
+		return 0, false
+	}
+	k.inflight++
+	return k.epoch, true
+}
+
+// Done ends one use of key; a draining key is released when its last use ends.
+func (m *Machine) Done(key string) []Action {
+	if k, ok := m.keys[key]; ok && k.inflight > 0 {
+		k.inflight--
+	}
+	return m.step()
+}
+
+// Holds reports whether key is usable now.
+func (m *Machine) Holds(key string) bool {
+	k, ok := m.keys[key]
+	return ok && k.state == Held && m.leaseFresh()
+}
+
+// State returns the state of key and its in-flight uses.
+func (m *Machine) State(key string) (KeyState, int) {
+	k, ok := m.keys[key]
+	if !ok {
+		return Absent, 0
+	}
+	return k.state, k.inflight
+}
+
+// Held returns the usable keys, sorted.
+func (m *Machine) Held() []string {
+	if !m.leaseFresh() {
+		return nil
+	}
+	var out []string
+	for key, k := range m.keys {
+		if k.state == Held {
+			out = append(out, key)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Records returns the keys whose record may exist in etcd as ours (held,
+// draining, releasing, or being acquired), sorted.
+func (m *Machine) Records() []string {
+	var out []string
+	for key, k := range m.keys {
+		switch k.state {
+		case Held, Draining, Releasing, Acquiring:
+			out = append(out, key)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// step applies the rules to every key and returns the actions, sorted by
+// key so the output is deterministic.
+func (m *Machine) step() []Action {
+	var acts []Action
+	fresh := m.leaseFresh()
+	for key := range m.desired {
+		if _, ok := m.keys[key]; !ok {
+			m.keys[key] = &keyInfo{}
+		}
+	}
+	for key, k := range m.keys {
+		want := m.desired[key]
+		switch k.state {
+		case Absent:
+			if want && fresh && !m.now.Before(k.retryAt) {
+				k.state = Acquiring
+				acts = append(acts, Action{Acquire, key})
+			}
+		case Waiting:
+			if !want {
+				k.state = Absent
+			} else if fresh && !m.now.Before(k.retryAt) {
+				k.state = Acquiring
+				acts = append(acts, Action{Acquire, key})
+			}
+		case Held:
+			if !want {
+				k.state = Draining
+			}
+		case Draining:
+			if want && fresh {
+				// Wanted again before the release started: keep it.
+				k.state = Held
+			}
+		}
+		if k.state == Draining && k.inflight == 0 {
+			k.state = Releasing
+			acts = append(acts, Action{Release, key})
+		}
+	}
+	for key := range m.keys {
+		m.gc(key)
+	}
+	sort.Slice(acts, func(i, j int) bool {
+		if acts[i].Key != acts[j].Key {
+			return acts[i].Key < acts[j].Key
+		}
+		return acts[i].Kind < acts[j].Kind
+	})
+	return acts
+}
