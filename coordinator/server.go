@@ -251,6 +251,12 @@ func (s *Server) Abandon() {
 	}
 }
 
+func (s *Server) isAbandoned() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
+}
+
 // Resign ends the current term gracefully (closing the session, which
 // revokes its lease) so another participant takes over at once.
 func (s *Server) Resign() {
@@ -274,7 +280,11 @@ func (s *Server) campaignAndLead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("new session: %w", err)
 	}
-	defer sess.Close()
+	defer func() {
+		if !s.isAbandoned() {
+			_ = sess.Close()
+		}
+	}()
 	s.mu.Lock()
 	s.session = sess
 	s.mu.Unlock()
@@ -293,6 +303,10 @@ func (s *Server) campaignAndLead(ctx context.Context) error {
 	}
 	s.log.Info("elected coordinator leader", "addr", s.cfg.AdvertiseAddr, "term", el.Rev())
 	err = s.lead(cctx, sess, el)
+	if s.isAbandoned() {
+		// A simulated crash: the election key and the lease are left to expire.
+		return err
+	}
 	// Step down: resign if the session is still alive so the next leader
 	// need not wait for the TTL.
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)

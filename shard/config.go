@@ -53,7 +53,7 @@ type Config struct {
 	// GossipTweak, if set, adjusts the memberlist configuration last
 	// (tests shorten failure detection with it).
 	GossipTweak func(*memberlist.Config)
-	Logger    *slog.Logger
+	Logger      *slog.Logger
 }
 
 // DefaultConfig returns production defaults: DefaultPartitions partitions,

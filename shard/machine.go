@@ -17,7 +17,8 @@ const (
 	// Waiting: wanted, but another shard's record exists; retried when that
 	// record is deleted or at the next retry time.
 	Waiting
-	// Held: the record is ours and the lease is fresh; the key may be used.
+	// Held: the record is ours; the key may be used while the lease is
+	// fresh (Holds checks both).
 	Held
 	// Draining: no longer wanted (or the lease is stale); no new use starts,
 	// the release waits for in-flight uses to end.
@@ -70,6 +71,12 @@ type keyInfo struct {
 	inflight int
 	retryAt  time.Time
 	epoch    int64 // create revision of our record, while held
+	// lostWhileAcquiring: a Lost arrived while the acquire was in flight;
+	// its result must not make the key usable.
+	lostWhileAcquiring bool
+	// mustRelease: the lease may have expired while held, so the key may
+	// not return to Held without a release and a fresh acquire.
+	mustRelease bool
 }
 
 // Machine decides ownership transitions. It is deterministic and not safe
@@ -102,6 +109,10 @@ func (m *Machine) gc(key string) {
 		delete(m.keys, key)
 	}
 }
+
+// leaseExpired reports whether the lease may have expired (our records may
+// be gone).
+func (m *Machine) leaseExpired() bool { return !m.now.Before(m.leaseUntil) }
 
 // leaseFresh reports whether keys may be used now.
 func (m *Machine) leaseFresh() bool {
@@ -139,7 +150,14 @@ func (m *Machine) LeaseRenewed(until time.Time) []Action {
 func (m *Machine) Acquired(key string, epoch int64) []Action {
 	k := m.info(key)
 	if k.state == Acquiring {
-		k.state, k.epoch = Held, epoch
+		if k.lostWhileAcquiring {
+			// The record may already be gone: release what we may have
+			// and start over.
+			k.lostWhileAcquiring = false
+			k.state, k.mustRelease = Draining, true
+		} else {
+			k.state, k.epoch = Held, epoch
+		}
 	}
 	return m.step()
 }
@@ -150,6 +168,10 @@ func (m *Machine) AcquireRefused(key string) []Action {
 	k := m.info(key)
 	if k.state == Acquiring {
 		k.state, k.retryAt = Waiting, m.now.Add(m.cfg.RetryAfter)
+		if k.lostWhileAcquiring {
+			k.lostWhileAcquiring = false
+			k.retryAt = m.now
+		}
 	}
 	return m.step()
 }
@@ -159,19 +181,21 @@ func (m *Machine) AcquireRefused(key string) []Action {
 func (m *Machine) Released(key string) []Action {
 	k := m.info(key)
 	if k.state == Releasing {
-		k.state, k.epoch = Absent, 0
+		k.state, k.epoch, k.mustRelease = Absent, 0, false
 	}
 	return m.step()
 }
 
-// ReleaseFailed reports that the delete Txn failed; it is retried at once
-// on the next step.
+// ReleaseFailed reports that the delete Txn failed (or its outcome is
+// unknown). The key stays releasing and the release is issued again: it
+// must never become usable again without a fresh acquire.
 func (m *Machine) ReleaseFailed(key string) []Action {
-	k := m.info(key)
-	if k.state == Releasing {
-		k.state = Draining
+	acts := m.step()
+	if k, ok := m.keys[key]; ok && k.state == Releasing {
+		acts = append(acts, Action{Release, key})
+		sortActions(acts)
 	}
-	return m.step()
+	return acts
 }
 
 // Lost reports that our record for key vanished without our release (lease
@@ -179,8 +203,13 @@ func (m *Machine) ReleaseFailed(key string) []Action {
 func (m *Machine) Lost(key string) []Action {
 	k := m.info(key)
 	switch k.state {
-	case Held, Draining, Releasing:
-		k.state, k.epoch = Absent, 0
+	case Held, Draining:
+		k.state, k.epoch, k.mustRelease = Absent, 0, false
+	case Acquiring:
+		k.lostWhileAcquiring = true
+	case Releasing:
+		// The release in flight reports the end; acquiring before it
+		// returns could let that release delete the new record.
 	}
 	return m.step()
 }
@@ -188,7 +217,8 @@ func (m *Machine) Lost(key string) []Action {
 // RecordDeleted reports that someone's record for key was deleted: a
 // waiting key is tried again now.
 func (m *Machine) RecordDeleted(key string) []Action {
-	if k, ok := m.keys[key]; ok && k.state == Waiting {
+	if k, ok := m.keys[key]; ok && (k.state == Waiting || k.state == Acquiring) {
+		// (A deletion seen while acquiring makes a refusal retry at once.)
 		k.retryAt = m.now
 	}
 	return m.step()
@@ -262,6 +292,7 @@ func (m *Machine) Records() []string {
 func (m *Machine) step() []Action {
 	var acts []Action
 	fresh := m.leaseFresh()
+	expired := m.leaseExpired()
 	for key := range m.desired {
 		if _, ok := m.keys[key]; !ok {
 			m.keys[key] = &keyInfo{}
@@ -283,11 +314,15 @@ func (m *Machine) step() []Action {
 				acts = append(acts, Action{Acquire, key})
 			}
 		case Held:
-			if !want {
+			if expired {
+				// Our record may be gone with the lease: never use it
+				// again without releasing and re-acquiring.
+				k.state, k.mustRelease = Draining, true
+			} else if !want {
 				k.state = Draining
 			}
 		case Draining:
-			if want && fresh {
+			if want && fresh && !k.mustRelease {
 				// Wanted again before the release started: keep it.
 				k.state = Held
 			}
@@ -300,11 +335,15 @@ func (m *Machine) step() []Action {
 	for key := range m.keys {
 		m.gc(key)
 	}
+	sortActions(acts)
+	return acts
+}
+
+func sortActions(acts []Action) {
 	sort.Slice(acts, func(i, j int) bool {
 		if acts[i].Key != acts[j].Key {
 			return acts[i].Key < acts[j].Key
 		}
 		return acts[i].Kind < acts[j].Kind
 	})
-	return acts
 }

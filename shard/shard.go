@@ -412,11 +412,22 @@ func (s *Shard) acquire(sess *concurrency.Session, key string) func() {
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 		Then(clientv3.OpPut(k, string(val), clientv3.WithLease(sess.Lease()))).
+		Else(clientv3.OpGet(k)).
 		Commit()
-	if err != nil || !resp.Succeeded {
+	if err != nil {
 		return func() { s.apply(func(m *Machine) []Action { return m.AcquireRefused(key) }) }
 	}
 	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		// The record exists. If it is ours under this lease (an earlier
+		// acquire whose answer was lost), we hold it.
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 1 && kvs[0].Lease == int64(sess.Lease()) {
+			rev = kvs[0].CreateRevision
+		} else {
+			return func() { s.apply(func(m *Machine) []Action { return m.AcquireRefused(key) }) }
+		}
+	}
 	return func() { s.apply(func(m *Machine) []Action { return m.Acquired(key, rev) }) }
 }
 
