@@ -41,6 +41,9 @@ type Config struct {
 	SessionTTL int
 	// RetryAfter is the retry delay of a refused acquire.
 	RetryAfter time.Duration
+	// RejoinInterval is how often the seeds are joined again after the
+	// first join, which heals gossip partitions.
+	RejoinInterval time.Duration
 	// Tick is the period of the ownership clock.
 	Tick time.Duration
 	// StartTimeout bounds start-up (etcd session, name claim).
@@ -60,15 +63,16 @@ type Config struct {
 // a 10 s session, LAN gossip on port 7946.
 func DefaultConfig() Config {
 	return Config{
-		BindAddr:      "0.0.0.0",
-		BindPort:      7946,
-		Partitions:    DefaultPartitions,
-		EtcdPrefix:    "/shardsched/shards",
-		SessionTTL:    10,
-		RetryAfter:    time.Second,
-		Tick:          100 * time.Millisecond,
-		StartTimeout:  10 * time.Second,
-		GossipProfile: "lan",
+		BindAddr:       "0.0.0.0",
+		BindPort:       7946,
+		Partitions:     DefaultPartitions,
+		EtcdPrefix:     "/shardsched/shards",
+		SessionTTL:     10,
+		RetryAfter:     time.Second,
+		Tick:           100 * time.Millisecond,
+		RejoinInterval: 10 * time.Second,
+		StartTimeout:   10 * time.Second,
+		GossipProfile:  "lan",
 	}
 }
 
@@ -92,8 +96,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("etcd prefix %q: must start with /", c.EtcdPrefix)
 	case c.SessionTTL < 1 || c.SessionTTL > 3600:
 		return fmt.Errorf("session TTL %d s: must be between 1 and 3600", c.SessionTTL)
-	case c.RetryAfter <= 0 || c.Tick <= 0 || c.StartTimeout <= 0:
-		return errors.New("retry delay, tick and start timeout must be positive")
+	case c.RetryAfter <= 0 || c.Tick <= 0 || c.StartTimeout <= 0 || c.RejoinInterval <= 0:
+		return errors.New("retry delay, tick, rejoin interval and start timeout must be positive")
 	case c.GossipProfile != "lan" && c.GossipProfile != "local":
 		return fmt.Errorf("gossip profile %q: must be lan or local", c.GossipProfile)
 	}

@@ -172,6 +172,7 @@ func (tc *testCluster) config(name string) Config {
 	cfg.SessionTTL = testTTL
 	cfg.RetryAfter = 200 * time.Millisecond
 	cfg.Tick = 20 * time.Millisecond
+	cfg.RejoinInterval = time.Second
 	cfg.StartTimeout = 3 * time.Second
 	cfg.GossipProfile = "local"
 	cfg.GossipTweak = func(c *memberlist.Config) {

@@ -242,3 +242,58 @@ func TestEncryptedGossip(t *testing.T) {
 		t.Fatalf("%d members with encrypted gossip, want 2", n)
 	}
 }
+
+// TestGossipBandwidth8Shards measures gossip bytes sent per shard per second
+// with 8 shards on memberlist's LAN defaults (the production profile). It
+// asserts only that gossip flows and stays far below a megabit; the figure
+// is logged for the record.
+func TestGossipBandwidth8Shards(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures for several seconds")
+	}
+	tc := newTestCluster(t)
+	var rs []*running
+	for i := 0; i < 8; i++ {
+		name := "bw-" + string(rune('0'+i))
+		cfg := tc.config(name)
+		cfg.GossipProfile = "lan"
+		cfg.GossipTweak = nil
+		if i > 0 {
+			cfg.Join = []string{rs[0].s.GossipAddr()}
+		}
+		tr := newDropTransport(t)
+		cfg.Transport = tr
+		cli := tc.etcd()
+		s, err := New(context.Background(), cli, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetQueues(tc.queues)
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &running{s: s, cli: cli, tr: tr, cancel: cancel, done: make(chan struct{})}
+		go func() { defer close(r.done); _ = s.Run(ctx) }()
+		tc.mu.Lock()
+		tc.shards[name] = r
+		tc.mu.Unlock()
+		rs = append(rs, r)
+	}
+	tc.waitConverged(15 * time.Second)
+	before := make([]int64, len(rs))
+	for i, r := range rs {
+		before[i] = r.tr.sent.Load()
+	}
+	const window = 4 * time.Second
+	time.Sleep(window)
+	var total float64
+	lo, hi := 1e18, 0.0
+	for i, r := range rs {
+		bps := float64(r.tr.sent.Load()-before[i]) / window.Seconds()
+		total += bps
+		lo, hi = min(lo, bps), max(hi, bps)
+	}
+	avg := total / float64(len(rs))
+	t.Logf("gossip at 8 shards (memberlist LAN profile): %.0f bytes/s per shard on average (min %.0f, max %.0f)", avg, lo, hi)
+	if avg <= 0 || avg > 125000 {
+		t.Fatalf("gossip %.0f bytes/s per shard: want > 0 and < 1 Mbit/s", avg)
+	}
+}

@@ -52,7 +52,6 @@ import (
 
 var machineRewrite = flag.Bool("rewrite", false, "rewrite testdata/machine/*.txt with the actual output")
 
-
 // scnStart is the virtual clock's origin; durations in scenarios are
 // relative to it.
 var scnStart = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)

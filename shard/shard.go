@@ -237,24 +237,35 @@ func (s *Shard) Run(ctx context.Context) error {
 	}
 }
 
+// joinLoop joins the seeds, retrying with backoff until one answers, and
+// then re-joins them every RejoinInterval: memberlist forgets members it
+// declared dead, so without this a healed network partition would stay
+// split.
 func (s *Shard) joinLoop(ctx context.Context) {
 	if len(s.cfg.Join) == 0 {
 		return
 	}
 	backoff := 200 * time.Millisecond
+	joined := false
 	for {
 		n, err := s.ml.Join(s.cfg.Join)
-		if err == nil && n > 0 {
-			s.log.Info("joined", "seeds", s.cfg.Join, "contacted", n)
-			return
+		wait := s.cfg.RejoinInterval
+		switch {
+		case err == nil && n > 0:
+			if !joined {
+				s.log.Info("joined", "seeds", s.cfg.Join, "contacted", n)
+			}
+			joined = true
+		default:
+			s.log.Warn("join failed; retrying", "seeds", s.cfg.Join, "err", err)
+			wait = backoff
+			backoff = min(2*backoff, 5*time.Second)
 		}
-		s.log.Warn("join failed; retrying", "seeds", s.cfg.Join, "err", err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
