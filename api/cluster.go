@@ -1,0 +1,174 @@
+package api
+
+import "time"
+
+// Taint effects and toleration operators, as in Kubernetes.
+const (
+	TaintNoSchedule       = "NoSchedule"
+	TaintPreferNoSchedule = "PreferNoSchedule"
+	TaintNoExecute        = "NoExecute"
+
+	TolerationExists = "Exists"
+	TolerationEqual  = "Equal"
+)
+
+// Taint repels tasks that do not tolerate it.
+type Taint struct {
+	Key, Value, Effect string
+}
+
+// Toleration lets a task onto nodes with matching taints. An empty Key with
+// operator Exists tolerates everything; an empty Effect matches all effects.
+type Toleration struct {
+	Key, Operator, Value, Effect string
+}
+
+// Node selector operators, as in Kubernetes' required node affinity.
+const (
+	SelectorIn           = "In"
+	SelectorNotIn        = "NotIn"
+	SelectorExists       = "Exists"
+	SelectorDoesNotExist = "DoesNotExist"
+	SelectorGt           = "Gt"
+	SelectorLt           = "Lt"
+)
+
+// SelectorRequirement is one node-label requirement.
+type SelectorRequirement struct {
+	Key, Operator string
+	Values        []string
+}
+
+// SelectorTerm is satisfied when all its requirements are (AND).
+type SelectorTerm struct {
+	MatchExpressions []SelectorRequirement
+}
+
+// Node is a node as the scheduler sees it.
+type Node struct {
+	Name string
+	UID  string
+	// Allocatable includes the pod count as the scalar "pods".
+	Allocatable   Resource
+	Labels        map[string]string
+	Taints        []Taint
+	Unschedulable bool
+}
+
+// TaskPhase is the lifecycle phase of a task (a pod).
+type TaskPhase string
+
+// Task phases.
+const (
+	TaskPending   TaskPhase = "Pending"   // not bound
+	TaskBound     TaskPhase = "Bound"     // bound (nodeName set), not yet running
+	TaskRunning   TaskPhase = "Running"   //
+	TaskSucceeded TaskPhase = "Succeeded" // terminal: frees its node's resources
+	TaskFailed    TaskPhase = "Failed"    // terminal
+	TaskReleasing TaskPhase = "Releasing" // being deleted, still holds resources
+)
+
+// Terminal reports whether a task in this phase no longer holds resources.
+func (p TaskPhase) Terminal() bool { return p == TaskSucceeded || p == TaskFailed }
+
+// Task is one pod of a job.
+type Task struct {
+	Namespace, Name, UID string
+	// Job is the name of the task's PodGroup in the same namespace.
+	Job string
+	// Request is the sum of the containers' requests (init containers:
+	// the max rule), with "pods" = 1.
+	Request       Resource
+	NodeName      string
+	Phase         TaskPhase
+	NodeSelector  map[string]string
+	Affinity      []SelectorTerm // required node affinity: any term (OR)
+	Tolerations   []Toleration
+	Priority      int32
+	SchedulerName string
+	Created       time.Time
+}
+
+// Key is the task's namespace/name.
+func (t *Task) Key() string { return t.Namespace + "/" + t.Name }
+
+// JobPhase is the phase of a job (a PodGroup).
+type JobPhase string
+
+// Job phases, as in Volcano's PodGroup.
+const (
+	JobPending   JobPhase = "Pending"
+	JobInqueue   JobPhase = "Inqueue"
+	JobRunning   JobPhase = "Running"
+	JobCompleted JobPhase = "Completed"
+	JobUnknown   JobPhase = "Unknown"
+)
+
+// Job is a gang of tasks (a PodGroup).
+type Job struct {
+	Namespace, Name, UID string
+	Queue                string
+	MinMember            int32
+	// MinResources, when set, is what admission reserves; otherwise the
+	// sum of the first MinMember tasks' requests.
+	MinResources *Resource
+	Priority     int32
+	Phase        JobPhase
+	Created      time.Time
+}
+
+// Key is the job's namespace/name.
+func (j *Job) Key() string { return j.Namespace + "/" + j.Name }
+
+// NodeBooks are the books of one node: what is used by bound tasks, what
+// is releasing (bound tasks being deleted), and what is idle.
+type NodeBooks struct {
+	Node      Node
+	Used      Resource // bound, non-terminal tasks (including releasing ones)
+	Releasing Resource // part of Used held by tasks being deleted
+	Tasks     int
+	// OutOfSync is set when the books would go negative (allocatable
+	// shrank under bound tasks, a pod bound by another scheduler): the node
+	// is skipped by placement until it is rebuilt.
+	OutOfSync bool
+	// Generation increases on every change of this node's books.
+	Generation int64
+}
+
+// Idle returns Allocatable − Used, never negative (a dimension short is 0).
+func (b *NodeBooks) Idle() Resource {
+	idle, err := b.Node.Allocatable.Sub(b.Used)
+	if err != nil {
+		out := Resource{}
+		for _, d := range unionDims(idle, Resource{}) {
+			if v := idle.Get(d); v > 0 {
+				out = out.With(d, v)
+			}
+		}
+		return out
+	}
+	return idle
+}
+
+// QueueStatus is what the owner shard writes into a Queue's status.
+type QueueStatus struct {
+	Allocated Resource
+	Pending   int32
+	Running   int32
+	Inqueue   int32
+}
+
+// JobCondition is a PodGroup condition written by the scheduler.
+type JobCondition struct {
+	Type, Status, Reason, Message string
+	LastTransition                time.Time
+}
+
+// JobStatus is what the owner shard writes into a PodGroup's status.
+type JobStatus struct {
+	Phase      JobPhase
+	Running    int32
+	Succeeded  int32
+	Failed     int32
+	Conditions []JobCondition
+}
