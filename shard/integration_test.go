@@ -103,20 +103,30 @@ func TestGossipIsolationNeverDoubleHolds(t *testing.T) {
 	if got := iso.s.Owned(); len(got) < len(isoKeys) {
 		t.Logf("isolated shard holds %d of its %d keys", len(got), len(isoKeys))
 	}
-	// A record the isolated shard loses (here: deleted by an operator) is
-	// no longer used by it.
+	// A record the isolated shard loses (here: replaced by an operator with
+	// another holder's record in one Txn) is no longer used by it, and it
+	// cannot take the key back while that record exists.
 	cli := tc.etcd()
 	defer cli.Close()
 	victim := isoKeys[0]
-	if _, err := cli.Delete(context.Background(), tc.prefix+"/own/"+victim); err != nil {
+	recKey := tc.prefix + "/own/" + victim
+	// One Put replaces the record (no window in which the key is free).
+	if _, err := cli.Put(context.Background(), recKey, `{"shard":"operator","lease":0}`); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(2 * time.Second)
-	for iso.s.Holds(victim) || iso.s.Use(victim) {
+	for iso.s.Holds(victim) {
 		if time.Now().After(deadline) {
-			t.Fatalf("isolated shard still uses %s after its record was deleted", victim)
+			t.Fatalf("isolated shard still uses %s after its record was taken", victim)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if iso.s.Use(victim) {
+		t.Fatalf("isolated shard started a use of %s, whose record another holder has", victim)
+	}
+	// Hand the key back to the shards.
+	if _, err := cli.Delete(context.Background(), recKey); err != nil {
+		t.Fatal(err)
 	}
 	iso.tr.blocked.Store(false)
 	took := tc.waitConverged(15 * time.Second)

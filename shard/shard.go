@@ -460,7 +460,7 @@ func (s *Shard) release(sess *concurrency.Session, key string) func() {
 // watchRecords streams ownership record deletions (with the previous
 // value) from now on.
 func (s *Shard) watchRecords(ctx context.Context) clientv3.WatchChan {
-	return s.cli.Watch(clientv3.WithRequireLeader(ctx), s.ownPrefix(), clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithFilterPut())
+	return s.cli.Watch(clientv3.WithRequireLeader(ctx), s.ownPrefix(), clientv3.WithPrefix(), clientv3.WithPrevKV())
 }
 
 func (s *Shard) onRecordEvent(resp clientv3.WatchResponse) {
@@ -472,10 +472,20 @@ func (s *Shard) onRecordEvent(resp clientv3.WatchResponse) {
 	lease := s.session.Lease()
 	s.mu.Unlock()
 	for _, ev := range resp.Events {
-		if ev.Type != mvccpb.DELETE {
+		key := string(ev.Kv.Key[len(s.ownPrefix()):])
+		if ev.Type == mvccpb.PUT {
+			// A record of ours overwritten with someone else's (nothing of
+			// ours ever does that): the key is lost.
+			var r record
+			if ev.IsModify() && ev.PrevKv != nil && json.Unmarshal(ev.PrevKv.Value, &r) == nil && r.Shard == s.cfg.Name {
+				var cur record
+				if json.Unmarshal(ev.Kv.Value, &cur) != nil || cur.Shard != s.cfg.Name || cur.Lease != r.Lease {
+					s.log.Warn("ownership record taken over", "key", key)
+					s.apply(func(m *Machine) []Action { return m.Lost(key) })
+				}
+			}
 			continue
 		}
-		key := string(ev.Kv.Key[len(s.ownPrefix()):])
 		ours := false
 		if ev.PrevKv != nil {
 			var r record
