@@ -1,0 +1,151 @@
+package kube
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// Annotations and labels shared with Volcano, so existing manifests work.
+const (
+	GroupNameAnnotation = "scheduling.k8s.io/group-name"
+	QueueNameAnnotation = "scheduling.volcano.sh/queue-name"
+	// ImplicitGroupLabel marks PodGroups this scheduler created for plain
+	// workloads.
+	ImplicitGroupLabel = "shardsched.io/implicit"
+)
+
+// NodeFromNode converts a Node. A malformed allocatable is an error naming it.
+func NodeFromNode(n *corev1.Node) (api.Node, error) {
+	alloc, err := ResourceFromList(n.Status.Allocatable)
+	if err != nil {
+		return api.Node{}, fmt.Errorf("node %s allocatable: %w", n.Name, err)
+	}
+	out := api.Node{Name: n.Name, UID: string(n.UID), Allocatable: alloc, Unschedulable: n.Spec.Unschedulable}
+	if len(n.Labels) > 0 {
+		out.Labels = make(map[string]string, len(n.Labels))
+		for k, v := range n.Labels {
+			out.Labels[k] = v
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		out.Taints = append(out.Taints, api.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
+	}
+	return out, nil
+}
+
+// PodRequest is the pod's resource request as the scheduler counts it: the
+// sum of the containers, or the largest init container if larger, plus the
+// pod overhead, and one "pods".
+func PodRequest(p *corev1.Pod) (api.Resource, error) {
+	sum := api.Resource{}
+	for _, c := range p.Spec.Containers {
+		r, err := ResourceFromList(c.Resources.Requests)
+		if err != nil {
+			return api.Resource{}, fmt.Errorf("pod %s/%s container %s: %w", p.Namespace, p.Name, c.Name, err)
+		}
+		if sum, err = sum.Add(r); err != nil {
+			return api.Resource{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		r, err := ResourceFromList(c.Resources.Requests)
+		if err != nil {
+			return api.Resource{}, fmt.Errorf("pod %s/%s init container %s: %w", p.Namespace, p.Name, c.Name, err)
+		}
+		sum = sum.Max(r)
+	}
+	if p.Spec.Overhead != nil {
+		o, err := ResourceFromList(p.Spec.Overhead)
+		if err != nil {
+			return api.Resource{}, fmt.Errorf("pod %s/%s overhead: %w", p.Namespace, p.Name, err)
+		}
+		if sum, err = sum.Add(o); err != nil {
+			return api.Resource{}, err
+		}
+	}
+	return sum.With(api.Pods, 1), nil
+}
+
+// TaskFromPod converts a Pod.
+func TaskFromPod(p *corev1.Pod) (api.Task, error) {
+	req, err := PodRequest(p)
+	if err != nil {
+		return api.Task{}, err
+	}
+	t := api.Task{
+		Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+		Job:           p.Annotations[GroupNameAnnotation],
+		Request:       req,
+		NodeName:      p.Spec.NodeName,
+		SchedulerName: p.Spec.SchedulerName,
+		Created:       p.CreationTimestamp.Time,
+	}
+	if p.Spec.Priority != nil {
+		t.Priority = *p.Spec.Priority
+	}
+	switch {
+	case p.Status.Phase == corev1.PodSucceeded:
+		t.Phase = api.TaskSucceeded
+	case p.Status.Phase == corev1.PodFailed:
+		t.Phase = api.TaskFailed
+	case p.DeletionTimestamp != nil && p.Spec.NodeName != "":
+		t.Phase = api.TaskReleasing
+	case p.Spec.NodeName == "":
+		t.Phase = api.TaskPending
+	case p.Status.Phase == corev1.PodRunning:
+		t.Phase = api.TaskRunning
+	default:
+		t.Phase = api.TaskBound
+	}
+	if len(p.Spec.NodeSelector) > 0 {
+		t.NodeSelector = make(map[string]string, len(p.Spec.NodeSelector))
+		for k, v := range p.Spec.NodeSelector {
+			t.NodeSelector[k] = v
+		}
+	}
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			var st api.SelectorTerm
+			for _, r := range term.MatchExpressions {
+				st.MatchExpressions = append(st.MatchExpressions, api.SelectorRequirement{
+					Key: r.Key, Operator: string(r.Operator), Values: append([]string(nil), r.Values...)})
+			}
+			t.Affinity = append(t.Affinity, st)
+		}
+	}
+	for _, tol := range p.Spec.Tolerations {
+		t.Tolerations = append(t.Tolerations, api.Toleration{Key: tol.Key, Operator: string(tol.Operator), Value: tol.Value, Effect: string(tol.Effect)})
+	}
+	return t, nil
+}
+
+// JobFromPodGroup converts a PodGroup; an empty queue means the default queue.
+func JobFromPodGroup(pg *schedv1beta1.PodGroup) (api.Job, error) {
+	j := api.Job{
+		Namespace: pg.Namespace, Name: pg.Name, UID: string(pg.UID),
+		Queue: pg.Spec.Queue, MinMember: pg.Spec.MinMember,
+		Phase:   api.JobPhase(pg.Status.Phase),
+		Created: pg.CreationTimestamp.Time,
+	}
+	if j.Queue == "" {
+		j.Queue = api.DefaultQueue
+	}
+	if j.Phase == "" {
+		j.Phase = api.JobPending
+	}
+	if j.MinMember < 0 {
+		return api.Job{}, fmt.Errorf("podgroup %s/%s: negative minMember %d", pg.Namespace, pg.Name, j.MinMember)
+	}
+	if pg.Spec.MinResources != nil && len(*pg.Spec.MinResources) > 0 {
+		r, err := ResourceFromList(*pg.Spec.MinResources)
+		if err != nil {
+			return api.Job{}, fmt.Errorf("podgroup %s/%s minResources: %w", pg.Namespace, pg.Name, err)
+		}
+		j.MinResources = &r
+	}
+	return j, nil
+}

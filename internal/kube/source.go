@@ -1,0 +1,231 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
+	vinformers "volcano.sh/apis/pkg/client/informers/externalversions"
+	vlisters "volcano.sh/apis/pkg/client/listers/scheduling/v1beta1"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// Sink receives cluster events. Its methods are called from informer
+// goroutines, concurrently; they must not block for long.
+type Sink interface {
+	AddOrUpdateNode(api.Node)
+	DeleteNode(name, uid string)
+	AddOrUpdateTask(api.Task)
+	DeleteTask(uid string)
+	AddOrUpdateJob(api.Job)
+	DeleteJob(uid string)
+}
+
+// Source feeds a Sink from informers on Nodes, Pods, PodGroups and Queues,
+// and reports the queue tree on every Queue change. It is the event-source
+// port of the scheduling core, implemented with client-go.
+type Source struct {
+	log        *slog.Logger
+	sink       Sink
+	onQueues   func([]api.QueueSpec)
+	core       informers.SharedInformerFactory
+	vol        vinformers.SharedInformerFactory
+	queueLst   vlisters.QueueLister
+	badObjects sync.Map // "kind/ns/name" → error text, for operators
+}
+
+// NewSource builds the informers; Start runs them.
+func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueues func([]api.QueueSpec), log *slog.Logger) *Source {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Source{
+		log: log, sink: sink, onQueues: onQueues,
+		core: informers.NewSharedInformerFactory(cs, 0),
+		vol:  vinformers.NewSharedInformerFactory(vc, 0),
+	}
+	s.core.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.node(o) },
+		UpdateFunc: func(_, o any) { s.node(o) },
+		DeleteFunc: func(o any) {
+			if n, ok := unwrap(o).(*corev1.Node); ok {
+				sink.DeleteNode(n.Name, string(n.UID))
+			}
+		},
+	})
+	s.core.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.pod(o) },
+		UpdateFunc: func(_, o any) { s.pod(o) },
+		DeleteFunc: func(o any) {
+			if p, ok := unwrap(o).(*corev1.Pod); ok {
+				sink.DeleteTask(string(p.UID))
+			}
+		},
+	})
+	s.vol.Scheduling().V1beta1().PodGroups().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.podGroup(o) },
+		UpdateFunc: func(_, o any) { s.podGroup(o) },
+		DeleteFunc: func(o any) {
+			if pg, ok := unwrap(o).(*schedv1beta1.PodGroup); ok {
+				sink.DeleteJob(string(pg.UID))
+			}
+		},
+	})
+	qi := s.vol.Scheduling().V1beta1().Queues()
+	s.queueLst = qi.Lister()
+	qi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.queues() },
+		UpdateFunc: func(any, any) { s.queues() },
+		DeleteFunc: func(any) { s.queues() },
+	})
+	return s
+}
+
+// Start runs the informers until ctx ends and waits for their first sync.
+func (s *Source) Start(ctx context.Context) error {
+	s.core.Start(ctx.Done())
+	s.vol.Start(ctx.Done())
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for t, ok := range s.core.WaitForCacheSync(sctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer %v did not sync", t)
+		}
+	}
+	for t, ok := range s.vol.WaitForCacheSync(sctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer %v did not sync (are the Volcano CRDs installed?)", t)
+		}
+	}
+	s.queues()
+	return nil
+}
+
+// Shutdown stops the informers and waits for their goroutines.
+func (s *Source) Shutdown() {
+	s.core.Shutdown()
+	s.vol.Shutdown()
+}
+
+// NodeState returns a node and the tasks bound to it from the informer
+// caches (the API server's state), for rebuilding an out-of-sync node.
+func (s *Source) NodeState(name string) (api.Node, []api.Task, error) {
+	n, err := s.core.Core().V1().Nodes().Lister().Get(name)
+	if err != nil {
+		return api.Node{}, nil, err
+	}
+	node, err := NodeFromNode(n)
+	if err != nil {
+		return api.Node{}, nil, err
+	}
+	pods, err := s.core.Core().V1().Pods().Lister().List(labels.Everything())
+	if err != nil {
+		return api.Node{}, nil, err
+	}
+	var tasks []api.Task
+	for _, p := range pods {
+		if p.Spec.NodeName != name {
+			continue
+		}
+		if t, err := TaskFromPod(p); err == nil {
+			tasks = append(tasks, t)
+		}
+	}
+	return node, tasks, nil
+}
+
+// BadObjects lists objects that could not be converted, with the reason.
+func (s *Source) BadObjects() map[string]string {
+	out := map[string]string{}
+	s.badObjects.Range(func(k, v any) bool {
+		out[k.(string)] = v.(string)
+		return true
+	})
+	return out
+}
+
+func (s *Source) bad(kind, key string, err error) {
+	s.log.Warn("cannot convert object; ignoring it", "kind", kind, "object", key, "err", err)
+	s.badObjects.Store(kind+"/"+key, err.Error())
+}
+
+func (s *Source) node(o any) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return
+	}
+	v, err := NodeFromNode(n)
+	if err != nil {
+		s.bad("node", n.Name, err)
+		return
+	}
+	s.badObjects.Delete("node/" + n.Name)
+	s.sink.AddOrUpdateNode(v)
+}
+
+func (s *Source) pod(o any) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	t, err := TaskFromPod(p)
+	if err != nil {
+		s.bad("pod", p.Namespace+"/"+p.Name, err)
+		return
+	}
+	s.badObjects.Delete("pod/" + p.Namespace + "/" + p.Name)
+	s.sink.AddOrUpdateTask(t)
+}
+
+func (s *Source) podGroup(o any) {
+	pg, ok := o.(*schedv1beta1.PodGroup)
+	if !ok {
+		return
+	}
+	j, err := JobFromPodGroup(pg)
+	if err != nil {
+		s.bad("podgroup", pg.Namespace+"/"+pg.Name, err)
+		return
+	}
+	s.badObjects.Delete("podgroup/" + pg.Namespace + "/" + pg.Name)
+	s.sink.AddOrUpdateJob(j)
+}
+
+func (s *Source) queues() {
+	if s.onQueues == nil {
+		return
+	}
+	qs, err := s.queueLst.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
+	var specs []api.QueueSpec
+	for _, q := range qs {
+		spec, err := QueueSpecFromVolcano(q)
+		if err != nil {
+			s.bad("queue", q.Name, err)
+			continue
+		}
+		specs = append(specs, spec)
+	}
+	s.onQueues(specs)
+}
+
+func unwrap(o any) any {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return o
+}

@@ -1,0 +1,137 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// ErrConflict wraps an HTTP 409 from a status write.
+var ErrConflict = errors.New("conflict")
+
+// Binder binds pods through the pods/binding subresource. Safe for
+// concurrent use.
+type Binder struct {
+	cs kubernetes.Interface
+}
+
+// NewBinder returns a binder using cs.
+func NewBinder(cs kubernetes.Interface) *Binder { return &Binder{cs: cs} }
+
+// Bind binds one pod, identified by UID as well as name (a re-created pod
+// with the same name is not bound by mistake).
+func (b *Binder) Bind(ctx context.Context, t *api.Task, node string) error {
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: t.Name, UID: types.UID(t.UID)},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	return b.cs.CoreV1().Pods(t.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+}
+
+// StatusWriter writes Queue and PodGroup status with server-side apply
+// under one field manager, owning only the fields it sets.
+type StatusWriter struct {
+	vc           volcano.Interface
+	fieldManager string
+}
+
+// NewStatusWriter returns a writer applying as fieldManager.
+func NewStatusWriter(vc volcano.Interface, fieldManager string) *StatusWriter {
+	return &StatusWriter{vc: vc, fieldManager: fieldManager}
+}
+
+func resourceList(r api.Resource) map[string]string {
+	out := map[string]string{}
+	for _, d := range r.Dims() {
+		v := r.Get(d)
+		switch d {
+		case api.CPU:
+			out[d] = resource.NewMilliQuantity(v, resource.DecimalSI).String()
+		case api.Memory:
+			out[d] = resource.NewQuantity(v, resource.BinarySI).String()
+		default:
+			out[d] = resource.NewQuantity(v, resource.DecimalSI).String()
+		}
+	}
+	return out
+}
+
+func (w *StatusWriter) opts() metav1.PatchOptions {
+	force := true
+	return metav1.PatchOptions{FieldManager: w.fieldManager, Force: &force}
+}
+
+func wrapConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("%w: %v", ErrConflict, err)
+	}
+	return err
+}
+
+// WriteQueueStatus applies a Queue's status subresource.
+func (w *StatusWriter) WriteQueueStatus(ctx context.Context, queue string, st api.QueueStatus) error {
+	body := map[string]any{
+		"apiVersion": "scheduling.volcano.sh/v1beta1",
+		"kind":       "Queue",
+		"metadata":   map[string]any{"name": queue},
+		"status": map[string]any{
+			"allocated": resourceList(st.Allocated),
+			"pending":   st.Pending,
+			"running":   st.Running,
+			"inqueue":   st.Inqueue,
+		},
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	_, err = w.vc.SchedulingV1beta1().Queues().Patch(ctx, queue, types.ApplyPatchType, b, w.opts(), "status")
+	return wrapConflict(err)
+}
+
+// WritePodGroupStatus writes a PodGroup's status. Volcano's PodGroup CRD
+// has no status subresource, and a server-side apply to a PodGroup deleted
+// meanwhile would re-create it, so this is a JSON merge patch of the status
+// fields only, with the UID as a precondition (a re-created PodGroup with the
+// same name is never written to: F4). Only the owner shard writes it.
+func (w *StatusWriter) WritePodGroupStatus(ctx context.Context, namespace, name, uid string, st api.JobStatus) error {
+	conds := make([]map[string]any, 0, len(st.Conditions))
+	for _, c := range st.Conditions {
+		ts := c.LastTransition
+		if ts.IsZero() {
+			ts = time.Now()
+		}
+		conds = append(conds, map[string]any{
+			"type": c.Type, "status": c.Status, "reason": c.Reason, "message": c.Message,
+			"lastTransitionTime": ts.UTC().Format(time.RFC3339),
+		})
+	}
+	body := map[string]any{
+		"metadata": map[string]any{"uid": uid},
+		"status": map[string]any{
+			"phase":      string(st.Phase),
+			"running":    st.Running,
+			"succeeded":  st.Succeeded,
+			"failed":     st.Failed,
+			"conditions": conds,
+		},
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	_, err = w.vc.SchedulingV1beta1().PodGroups(namespace).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: w.fieldManager})
+	return wrapConflict(err)
+}
