@@ -191,6 +191,14 @@ func (s *Shard) GossipAddr() string {
 	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 }
 
+// Lease is the etcd lease of the shard's current session (tentative quota
+// reservations are bound to it).
+func (s *Shard) Lease() clientv3.LeaseID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.session.Lease()
+}
+
 // Name is the shard ID.
 func (s *Shard) Name() string { return s.cfg.Name }
 
@@ -496,7 +504,7 @@ func (s *Shard) onRecordEvent(resp clientv3.WatchResponse) {
 		}
 		if ours {
 			s.apply(func(m *Machine) []Action {
-				if st, _ := m.State(key); st == Releasing {
+				if st, _ := m.State(key); st == Releasing || st == Absent {
 					return nil // our own release; its result reports it
 				}
 				s.log.Warn("ownership record lost", "key", key)

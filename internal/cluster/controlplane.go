@@ -131,7 +131,7 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 		"--token-auth-file="+tokens,
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=10.96.0.0/16",
-		"--disable-admission-plugins=ServiceAccount",
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition", // no node-lifecycle controller runs to lift the not-ready taint from kwok nodes
 		"--endpoint-reconciler-type=none",
 		"--max-requests-inflight=4000", "--max-mutating-requests-inflight=2000",
 		"--enable-priority-and-fairness=false",

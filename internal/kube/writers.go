@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,10 +15,8 @@ import (
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/status"
 )
-
-// ErrConflict wraps an HTTP 409 from a status write.
-var ErrConflict = errors.New("conflict")
 
 // Binder binds pods through the pods/binding subresource. Safe for
 // concurrent use.
@@ -75,7 +72,7 @@ func (w *StatusWriter) opts() metav1.PatchOptions {
 
 func wrapConflict(err error) error {
 	if apierrors.IsConflict(err) {
-		return fmt.Errorf("%w: %v", ErrConflict, err)
+		return fmt.Errorf("%w: %v", status.ErrConflict, err)
 	}
 	return err
 }

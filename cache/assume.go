@@ -1,0 +1,90 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by Assume; test them with errors.Is.
+var (
+	ErrUnknownTask = errors.New("unknown task")
+	ErrNotPending  = errors.New("task is not pending")
+	ErrUnknownNode = errors.New("unknown node")
+	ErrNotOwned    = errors.New("node not owned by this shard")
+	ErrOutOfSync   = errors.New("node out of sync")
+	ErrDoesNotFit  = errors.New("task does not fit the node's idle resources")
+)
+
+// Assume books a pending task onto a node before its bind call returns
+// (optimistic binding). It fails, changing nothing, if the task is unknown,
+// not pending (already bound, assumed, terminal or releasing), the node is
+// unknown, not owned by this shard or out of sync, or the task's request
+// does not fit the node's idle resources (including its pod count).
+//
+// Until an event shows the task bound, the task is booked on the node and
+// readers see it there with phase Bound. Forget undoes the assumption after
+// a failed bind; an event that shows the task bound to the same node
+// confirms it (it is not counted twice), one bound to another node moves it.
+func (c *Cache) Assume(taskUID, node string) error {
+	c.lock()
+	defer c.unlock()
+	e := c.tasks[taskUID]
+	if e == nil {
+		return fmt.Errorf("assume %q: %w", taskUID, ErrUnknownTask)
+	}
+	if !e.pending {
+		why := "phase " + string(e.view.Phase)
+		if e.view.NodeName != "" {
+			why = "bound to " + e.view.NodeName
+		}
+		if e.assumed != "" {
+			why = "already assumed on " + e.assumed
+		}
+		return fmt.Errorf("assume %s/%s: %w (%s)", e.obj.Namespace, e.obj.Name, ErrNotPending, why)
+	}
+	ne := c.nodes[node]
+	switch {
+	case ne == nil:
+		return fmt.Errorf("assume %s/%s on %q: %w", e.obj.Namespace, e.obj.Name, node, ErrUnknownNode)
+	case ne.books == nil:
+		return fmt.Errorf("assume %s/%s on %q: %w", e.obj.Namespace, e.obj.Name, node, ErrNotOwned)
+	case ne.books.b.OutOfSync:
+		return fmt.Errorf("assume %s/%s on %q: %w", e.obj.Namespace, e.obj.Name, node, ErrOutOfSync)
+	}
+	be := ne.books
+	used := be.b.Used.Clone()
+	if !addInto(&used, e.req, +1) {
+		return fmt.Errorf("assume %s/%s on %q: %w (request overflows)", e.obj.Namespace, e.obj.Name, node, ErrDoesNotFit)
+	}
+	if why := overflowReason(used, be.b.Node.Allocatable, be.b.Tasks+1); why != "" {
+		return fmt.Errorf("assume %s/%s on %q: %w (%s)", e.obj.Namespace, e.obj.Name, node, ErrDoesNotFit, why)
+	}
+	e.assumed = node
+	c.placeLocked(e)
+	return nil
+}
+
+// Forget undoes an assumption after a failed bind: the task is unbooked and
+// pending again. It does nothing if the task is not assumed (unknown, never
+// assumed, or already confirmed by an event).
+func (c *Cache) Forget(taskUID string) {
+	c.lock()
+	defer c.unlock()
+	e := c.tasks[taskUID]
+	if e == nil || e.assumed == "" {
+		return
+	}
+	e.assumed = ""
+	c.placeLocked(e)
+}
+
+// Assumed returns the node a task is assumed on, if it is assumed and not
+// yet confirmed.
+func (c *Cache) Assumed(taskUID string) (string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e := c.tasks[taskUID]; e != nil && e.assumed != "" {
+		return e.assumed, true
+	}
+	return "", false
+}

@@ -1,0 +1,69 @@
+package cache
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// benchCache returns a cache with n nodes (10 labels, a taint, 4 running
+// tasks each), as a shard owning a 10,000-node slice of a cluster would.
+func benchCache(n int) *Cache {
+	c := New(Options{})
+	for i := range n {
+		node := mkNode(fmt.Sprintf("node-%05d", i), 64, 256, 110)
+		for k := range 9 {
+			node.Labels[fmt.Sprintf("label-%d.example.com/key", k)] = fmt.Sprintf("value-%d", i%(k+2))
+		}
+		node.Taints = []api.Taint{{Key: "dedicated", Value: "batch", Effect: api.TaintNoSchedule}}
+		node.Allocatable = node.Allocatable.With("nvidia.com/gpu", 8)
+		c.AddOrUpdateNode(node)
+		for k := range 4 {
+			c.AddOrUpdateTask(on(mkTask("ns", fmt.Sprintf("t-%d-%d", i, k), "j", 1000, 2), node.Name, api.TaskRunning))
+		}
+	}
+	return c
+}
+
+// touch changes the books of 1% of the nodes (100 distinct nodes for
+// n = 10,000): a task lands on each.
+func touch(c *Cache, n, round int) {
+	for k := range n / 100 {
+		i := (round*7919 + k*101) % n
+		tk := on(mkTask("bench", fmt.Sprintf("r%d-%d", round, k), "j", 500, 1), fmt.Sprintf("node-%05d", i), api.TaskRunning)
+		c.AddOrUpdateTask(tk)
+	}
+}
+
+// BenchmarkUpdateSnapshot compares refreshing a cycle's snapshot
+// incrementally (1% of 10,000 nodes changed since the last cycle) with
+// copying every node, as a scheduler that clones the cluster each cycle
+// does. Compare the two as a ratio in one run; there is no assertion.
+func BenchmarkUpdateSnapshot(b *testing.B) {
+	const n = 10000
+	for _, mode := range []string{"incremental-1pct", "full-copy"} {
+		b.Run(mode, func(b *testing.B) {
+			c := benchCache(n)
+			var s Snapshot
+			c.UpdateSnapshot(&s)
+			copied := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				touch(c, n, i+1)
+				if mode == "full-copy" {
+					s = Snapshot{}
+				}
+				b.StartTimer()
+				c.UpdateSnapshot(&s)
+				copied += s.NodesCopied()
+			}
+			b.ReportMetric(float64(copied)/float64(b.N), "nodes-copied/op")
+			if s.NumNodes() != n {
+				b.Fatalf("%d nodes in the snapshot", s.NumNodes())
+			}
+		})
+	}
+}

@@ -1,0 +1,488 @@
+package cache
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"testing"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// A snapshot already taken never changes when the cache does, and nothing
+// the cache hands out or takes in is shared with it.
+func TestSnapshotIsolation(t *testing.T) {
+	c := New(Options{})
+	n1 := mkNode("n1", 8, 32, 110)
+	n1.Taints = []api.Taint{{Key: "k", Value: "v", Effect: api.TaintNoSchedule}}
+	c.AddOrUpdateNode(n1)
+	run := on(mkTask("ns", "run", "j", 1000, 1), "n1", api.TaskRunning)
+	c.AddOrUpdateTask(run)
+	p := mkTask("ns", "p", "j", 1000, 1)
+	p.NodeSelector = map[string]string{"zone": "a"}
+	p.Affinity = []api.SelectorTerm{{MatchExpressions: []api.SelectorRequirement{{Key: "zone", Operator: api.SelectorIn, Values: []string{"a"}}}}}
+	c.AddOrUpdateTask(p)
+	minRes := req(2000, 2, 2)
+	c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "j", UID: "j-uid", MinMember: 2, MinResources: &minRes})
+
+	var s Snapshot
+	c.UpdateSnapshot(&s)
+	b, _ := s.Node("n1")
+	saved := *cloneBooks(b)
+	savedPending := cloneTask(*s.PendingTasks()[0])
+	savedJob := cloneJob(*s.Jobs()[0])
+	gen := s.Generation()
+
+	// Mutate what was passed in: the cache took copies.
+	n1.Labels["kubernetes.io/hostname"] = "changed"
+	n1.Taints[0].Key = "changed"
+	p.NodeSelector["zone"] = "changed"
+	p.Affinity[0].MatchExpressions[0].Values[0] = "changed"
+	minRes.Scalars[api.Pods] = 99
+	// Mutate what was handed out: copies too.
+	got, _ := c.Task(p.UID)
+	got.NodeSelector["zone"] = "changed"
+	got.Request.Scalars[api.Pods] = 99
+	j, _ := c.Job("j-uid")
+	j.MinResources.MilliCPU = 1
+
+	// Mutate the cache every way.
+	n1b := mkNode("n1", 4, 16, 110)
+	n1b.Labels["zone"] = "b"
+	c.AddOrUpdateNode(n1b)
+	c.AddOrUpdateTask(on(run, "n1", api.TaskReleasing))
+	c.AddOrUpdateTask(on(mkTask("ns", "more", "j", 2000, 1), "n1", api.TaskRunning))
+	if err := c.Assume(p.UID, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "j", UID: "j-uid", MinMember: 5})
+	c.DeleteNode("n1", n1b.UID)
+
+	if !reflect.DeepEqual(*b, saved) {
+		t.Fatalf("snapshot books changed:\n%+v\n%+v", *b, saved)
+	}
+	if s.Generation() != gen || s.NumNodes() != 1 {
+		t.Fatal("snapshot changed")
+	}
+	if !reflect.DeepEqual(*s.PendingTasks()[0], savedPending) || !reflect.DeepEqual(*s.Jobs()[0], savedJob) {
+		t.Fatal("snapshot task or job changed")
+	}
+	if savedPending.NodeSelector["zone"] != "a" || savedPending.Affinity[0].MatchExpressions[0].Values[0] != "a" ||
+		saved.Node.Taints[0].Key != "k" || saved.Node.Labels["kubernetes.io/hostname"] != "n1" || savedJob.MinResources.Get(api.Pods) != 2 {
+		t.Fatal("the cache kept a caller's map")
+	}
+	if got, _ := c.Task(p.UID); got.NodeSelector["zone"] != "a" || got.Request.Get(api.Pods) != 1 {
+		t.Fatal("a copy handed out was shared")
+	}
+
+	// The cycle owns its snapshot: reordering what it got does not matter.
+	c.AddOrUpdateNode(mkNode("n0", 1, 1, 1))
+	c.AddOrUpdateNode(mkNode("n2", 1, 1, 1))
+	c.UpdateSnapshot(&s)
+	nodes := s.Nodes()
+	nodes[0], nodes[1] = nodes[1], nodes[0]
+	c.AddOrUpdateNode(mkNode("n2", 2, 1, 1))
+	c.UpdateSnapshot(&s)
+	var fresh Snapshot
+	c.UpdateSnapshot(&fresh)
+	if d := snapshotDiff(&s, &fresh); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// UpdateSnapshot copies only the nodes whose books changed.
+func TestSnapshotIncremental(t *testing.T) {
+	c := New(Options{})
+	for i := range 100 {
+		c.AddOrUpdateNode(mkNode(fmt.Sprintf("n%03d", i), 8, 32, 110))
+	}
+	var s Snapshot
+	c.UpdateSnapshot(&s)
+	if s.NodesCopied() != 100 || s.NumNodes() != 100 {
+		t.Fatalf("first refresh copied %d", s.NodesCopied())
+	}
+	before := s.Nodes()
+	g0 := s.Generation()
+
+	c.UpdateSnapshot(&s)
+	if s.NodesCopied() != 0 || s.Generation() != g0 {
+		t.Fatalf("refresh without changes copied %d", s.NodesCopied())
+	}
+	c.AddOrUpdateNode(mkNode("n010", 8, 32, 110)) // an informer resync: identical
+	c.UpdateSnapshot(&s)
+	if s.NodesCopied() != 0 {
+		t.Fatalf("an identical resync copied %d", s.NodesCopied())
+	}
+
+	relabeled := mkNode("n020", 8, 32, 110)
+	relabeled.Labels["zone"] = "b"
+	c.AddOrUpdateNode(relabeled)
+	c.AddOrUpdateNode(withAlloc(mkNode("n030", 8, 32, 110), 4000))
+	c.AddOrUpdateTask(on(mkTask("ns", "a", "j", 1000, 1), "n040", api.TaskRunning))
+	c.AddOrUpdateTask(mkTask("ns", "pending", "j", 1000, 1)) // no node's books change
+	c.UpdateSnapshot(&s)
+	if s.NodesCopied() != 3 {
+		t.Fatalf("copied %d nodes, want 3", s.NodesCopied())
+	}
+	after := s.Nodes()
+	for i := range after {
+		changed := map[string]bool{"n020": true, "n030": true, "n040": true}[after[i].Node.Name]
+		if (after[i] != before[i]) != changed {
+			t.Fatalf("%s: re-copied %v, changed %v", after[i].Node.Name, after[i] != before[i], changed)
+		}
+	}
+	if b, _ := s.Node("n020"); b.Node.Labels["zone"] != "b" {
+		t.Fatal("label change not seen")
+	}
+	if b, _ := s.Node("n040"); b.Tasks != 1 {
+		t.Fatal("task not seen")
+	}
+	if len(s.PendingTasks()) != 1 {
+		t.Fatal("pending task not seen")
+	}
+
+	// Deletions are removed; the list stays sorted.
+	c.DeleteNode("n050", "n050-uid")
+	c.DeleteNode("n099", "n099-uid")
+	c.UpdateSnapshot(&s)
+	if s.NodesCopied() != 0 || s.NumNodes() != 98 {
+		t.Fatalf("after deletes: copied %d, %d nodes", s.NodesCopied(), s.NumNodes())
+	}
+	// Delete and re-create between two refreshes.
+	c.DeleteNode("n060", "n060-uid")
+	n60 := mkNode("n060", 16, 32, 110)
+	n60.UID = "n060-uid-2"
+	c.AddOrUpdateNode(n60)
+	c.DeleteNode("n061", "n061-uid")
+	c.AddOrUpdateNode(mkNode("n100", 8, 32, 110))
+	c.UpdateSnapshot(&s)
+	if s.NodesCopied() != 2 {
+		t.Fatalf("copied %d, want 2", s.NodesCopied())
+	}
+	var fresh Snapshot
+	c.UpdateSnapshot(&fresh)
+	if d := snapshotDiff(&s, &fresh); d != "" {
+		t.Fatal(d)
+	}
+	nodes := s.Nodes()
+	for i := 1; i < len(nodes); i++ {
+		if nodes[i-1].Node.Name >= nodes[i].Node.Name {
+			t.Fatal("not sorted")
+		}
+	}
+
+	// A snapshot refreshed from another cache starts over.
+	other := New(Options{})
+	other.AddOrUpdateNode(mkNode("x", 1, 1, 1))
+	other.UpdateSnapshot(&s)
+	if s.NumNodes() != 1 || s.NodesCopied() != 1 {
+		t.Fatalf("switching caches: %d nodes", s.NumNodes())
+	}
+}
+
+// TestSnapshotTaskGroups: tasks of jobs with pending work, reused when
+// unchanged.
+func TestSnapshotTaskGroups(t *testing.T) {
+	c := New(Options{})
+	c.AddOrUpdateNode(mkNode("n1", 8, 32, 110))
+	c.AddOrUpdateTask(on(mkTask("ns", "a-0", "a", 100, 1), "n1", api.TaskRunning))
+	c.AddOrUpdateTask(mkTask("ns", "a-1", "a", 100, 1))
+	c.AddOrUpdateTask(mkTask("ns", "a-2", "a", 100, 1))
+	c.AddOrUpdateTask(on(mkTask("ns", "b-0", "b", 100, 1), "n1", api.TaskRunning))
+	c.AddOrUpdateTask(mkTask("other", "c-0", "c", 100, 1))
+
+	var s Snapshot
+	c.UpdateSnapshot(&s)
+	if tj := s.TasksOfJob("ns", "a"); len(tj) != 3 || tj[0].Name != "a-0" || tj[0].NodeName != "n1" {
+		t.Fatalf("tasks of a: %v", tj)
+	}
+	if tj := s.TasksOfJob("ns", "b"); tj != nil {
+		t.Fatal("a job with nothing pending is in the snapshot")
+	}
+	if p := s.PendingTasks(); len(p) != 3 || p[0].Name != "a-1" || p[2].Namespace != "other" {
+		t.Fatalf("pending %v", p)
+	}
+	c0 := s.TasksOfJob("other", "c")[0]
+	a0 := s.TasksOfJob("ns", "a")[0]
+
+	if err := c.Assume("ns/a-1-uid", "n1"); err != nil {
+		t.Fatal(err)
+	}
+	c.UpdateSnapshot(&s)
+	tj := s.TasksOfJob("ns", "a")
+	if tj[1].NodeName != "n1" || tj[1].Phase != api.TaskBound || len(s.PendingTasks()) != 2 {
+		t.Fatal("assumed task not shown bound")
+	}
+	if tj[0] != a0 || s.TasksOfJob("other", "c")[0] != c0 {
+		t.Fatal("unchanged tasks were copied again")
+	}
+	c.DeleteTask("other/c-0-uid")
+	c.UpdateSnapshot(&s)
+	if s.TasksOfJob("other", "c") != nil || len(s.PendingTasks()) != 1 {
+		t.Fatal("deleted group kept")
+	}
+}
+
+// model is a naive reference: it keeps the latest object of everything and
+// recomputes the books from scratch.
+type model struct {
+	owns    func(string) bool
+	nodes   map[string]api.Node
+	tasks   map[string]api.Task // by UID
+	assumed map[string]string
+	jobs    map[string]api.Job
+}
+
+func (m *model) view(uid string) api.Task {
+	t := m.tasks[uid]
+	if n, ok := m.assumed[uid]; ok {
+		t.NodeName, t.Phase = n, api.TaskBound
+	}
+	return t
+}
+
+func (m *model) books(node string) (used, rel api.Resource, n int) {
+	for uid := range m.tasks {
+		t := m.view(uid)
+		if t.NodeName != node || t.Phase.Terminal() {
+			continue
+		}
+		n++
+		r := sanitize(t.Request)
+		used, _ = used.Add(r)
+		if t.Phase == api.TaskReleasing {
+			rel, _ = rel.Add(r)
+		}
+	}
+	return
+}
+
+func (m *model) owned(node string) bool {
+	_, known := m.nodes[node]
+	return known && (m.owns == nil || m.owns(node))
+}
+
+func (m *model) setTask(t api.Task) {
+	for uid, o := range m.tasks {
+		if uid != t.UID && o.Namespace == t.Namespace && o.Name == t.Name {
+			delete(m.tasks, uid)
+			delete(m.assumed, uid)
+		}
+	}
+	if _, ok := m.assumed[t.UID]; ok && (t.NodeName != "" || t.Phase.Terminal()) {
+		delete(m.assumed, t.UID)
+	}
+	m.tasks[t.UID] = t
+}
+
+// uids returns the model's task UIDs sorted, so that a seed replays exactly.
+func (m *model) uids() []string {
+	out := make([]string, 0, len(m.tasks))
+	for u := range m.tasks {
+		out = append(out, u)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m *model) pending(uid string) bool {
+	t := m.view(uid)
+	return t.NodeName == "" && (t.Phase == api.TaskPending || t.Phase == "")
+}
+
+// TestAgainstModel drives the cache with random events and compares it,
+// and an incrementally refreshed snapshot, with the naive model.
+func TestAgainstModel(t *testing.T) {
+	for seed := range int64(6) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			r := newRand(seed)
+			c := New(Options{})
+			m := &model{nodes: map[string]api.Node{}, tasks: map[string]api.Task{}, assumed: map[string]string{}, jobs: map[string]api.Job{}}
+			nodeNames := []string{"n0", "n1", "n2", "n3", "n4"}
+			phases := []api.TaskPhase{api.TaskPending, api.TaskBound, api.TaskRunning, api.TaskReleasing, api.TaskSucceeded, api.TaskFailed}
+			var s Snapshot
+			assumes := 0
+			for step := range 1500 {
+				switch op := r.intn(12); op {
+				case 0, 1: // node add/update
+					name := nodeNames[r.intn(len(nodeNames))]
+					n := mkNode(name, int64(1+r.intn(4)), 8, int64(1+r.intn(4)))
+					n.UID = fmt.Sprintf("%s-uid-%d", name, r.intn(2))
+					n.Labels["rev"] = fmt.Sprint(r.intn(3))
+					c.AddOrUpdateNode(n)
+					m.nodes[name] = n
+				case 2: // node delete, maybe stale
+					name := nodeNames[r.intn(len(nodeNames))]
+					uid := fmt.Sprintf("%s-uid-%d", name, r.intn(2))
+					c.DeleteNode(name, uid)
+					if n, ok := m.nodes[name]; ok && n.UID == uid {
+						delete(m.nodes, name)
+					}
+				case 3, 4, 5, 6: // task add/update
+					name := fmt.Sprintf("t%d", r.intn(12))
+					tk := mkTask("ns", name, fmt.Sprint("j", r.intn(3)), int64(100*(1+r.intn(15))), 1)
+					tk.UID = fmt.Sprintf("%s-uid-%d", name, r.intn(2))
+					tk.Phase = phases[r.intn(len(phases))]
+					if tk.Phase != api.TaskPending || r.intn(4) == 0 {
+						tk.NodeName = nodeNames[r.intn(len(nodeNames))]
+					}
+					if tk.Phase == api.TaskPending && r.intn(2) == 0 {
+						tk.NodeName = ""
+					}
+					c.AddOrUpdateTask(tk)
+					m.setTask(tk)
+				case 7: // task delete, maybe stale
+					uid := fmt.Sprintf("t%d-uid-%d", r.intn(12), r.intn(2))
+					c.DeleteTask(uid)
+					delete(m.tasks, uid)
+					delete(m.assumed, uid)
+				case 8: // assume, mostly a pending task
+					uid := fmt.Sprintf("t%d-uid-%d", r.intn(12), r.intn(2))
+					var pend []string
+					for _, u := range m.uids() {
+						if m.pending(u) {
+							pend = append(pend, u)
+						}
+					}
+					if len(pend) > 0 && r.intn(4) != 0 {
+						uid = pend[r.intn(len(pend))]
+					}
+					node := nodeNames[r.intn(len(nodeNames))]
+					err := c.Assume(uid, node)
+					_, known := m.tasks[uid]
+					wantOK := known && m.pending(uid) && m.owned(node)
+					if wantOK {
+						used, _, n := m.books(node)
+						used, _ = used.Add(sanitize(m.tasks[uid].Request))
+						cur, _, _ := m.books(node)
+						wantOK = overflowReason(used, m.nodes[node].Allocatable, n+1) == "" &&
+							overflowReason(cur, m.nodes[node].Allocatable, n) == ""
+					}
+					if (err == nil) != wantOK {
+						t.Fatalf("step %d: Assume(%s, %s) = %v, model says ok=%v", step, uid, node, err, wantOK)
+					}
+					if err == nil {
+						m.assumed[uid] = node
+						assumes++
+					}
+				case 9: // forget
+					uid := fmt.Sprintf("t%d-uid-%d", r.intn(12), r.intn(2))
+					c.Forget(uid)
+					delete(m.assumed, uid)
+				case 10: // jobs
+					name := fmt.Sprint("j", r.intn(3))
+					uid := fmt.Sprintf("%s-uid-%d", name, r.intn(2))
+					if r.intn(3) == 0 {
+						c.DeleteJob(uid)
+						delete(m.jobs, uid)
+						continue
+					}
+					j := api.Job{Namespace: "ns", Name: name, UID: uid, MinMember: int32(r.intn(4))}
+					c.AddOrUpdateJob(j)
+					for u, o := range m.jobs {
+						if o.Name == name && u != uid {
+							delete(m.jobs, u)
+						}
+					}
+					m.jobs[uid] = j
+				case 11: // ownership or rebuild
+					if r.intn(2) == 0 {
+						k := r.intn(3)
+						owns := func(n string) bool { return k == 0 || int(n[1]-'0')%k == 0 }
+						c.SetOwns(owns)
+						m.owns = owns
+						continue
+					}
+					name := nodeNames[r.intn(len(nodeNames))]
+					n, ok := m.nodes[name]
+					if !ok {
+						continue
+					}
+					var listed []api.Task
+					for _, uid := range m.uids() {
+						tk := m.tasks[uid]
+						if tk.NodeName == name && r.intn(4) != 0 {
+							listed = append(listed, tk)
+						} else if _, a := m.assumed[uid]; !a && m.view(uid).NodeName == name && !m.view(uid).Phase.Terminal() {
+							delete(m.tasks, uid)
+						}
+					}
+					c.Rebuild(n, listed)
+				}
+				if step%7 == 0 || step > 1450 {
+					c.UpdateSnapshot(&s)
+					compareModel(t, step, c, &s, m)
+				}
+			}
+			mustVerify(t, c)
+			if assumes == 0 || c.OutOfSyncTotal() == 0 {
+				t.Fatalf("the random walk did not exercise Assume (%d) or out of sync (%d)", assumes, c.OutOfSyncTotal())
+			}
+			t.Logf("%d successful assumes, %d out-of-sync transitions, stats %+v", assumes, c.OutOfSyncTotal(), c.Stats())
+		})
+	}
+}
+
+func compareModel(t *testing.T, step int, c *Cache, s *Snapshot, m *model) {
+	t.Helper()
+	var fresh Snapshot
+	c.UpdateSnapshot(&fresh)
+	if d := snapshotDiff(s, &fresh); d != "" {
+		t.Fatalf("step %d: incremental snapshot differs from a fresh one:\n%s", step, d)
+	}
+	owned := 0
+	for name, n := range m.nodes {
+		if !m.owned(name) {
+			continue
+		}
+		owned++
+		b, ok := s.Node(name)
+		if !ok {
+			t.Fatalf("step %d: node %s missing", step, name)
+		}
+		used, rel, cnt := m.books(name)
+		bad := overflowReason(used, n.Allocatable, cnt) != ""
+		if !reflect.DeepEqual(b.Node, n) || !b.Used.Equal(used) || !b.Releasing.Equal(rel) || b.Tasks != cnt || b.OutOfSync != bad {
+			t.Fatalf("step %d: node %s: got %+v\nmodel used %v rel %v tasks %d oos %v", step, name, *b, used, rel, cnt, bad)
+		}
+	}
+	if s.NumNodes() != owned {
+		t.Fatalf("step %d: %d nodes, model %d", step, s.NumNodes(), owned)
+	}
+	pending := 0
+	for uid := range m.tasks {
+		if m.pending(uid) {
+			pending++
+		}
+		got, ok := c.Task(uid)
+		if !ok || !reflect.DeepEqual(got, m.view(uid)) {
+			t.Fatalf("step %d: task %s: %+v, model %+v", step, uid, got, m.view(uid))
+		}
+	}
+	if len(s.PendingTasks()) != pending || c.Stats().Tasks != len(m.tasks) {
+		t.Fatalf("step %d: %d pending, model %d", step, len(s.PendingTasks()), pending)
+	}
+	if len(s.Jobs()) != len(m.jobs) {
+		t.Fatalf("step %d: %d jobs, model %d", step, len(s.Jobs()), len(m.jobs))
+	}
+	for _, j := range s.Jobs() {
+		if !reflect.DeepEqual(*j, m.jobs[j.UID]) {
+			t.Fatalf("step %d: job %s", step, j.UID)
+		}
+	}
+	if err := verify(c); err != nil {
+		t.Fatalf("step %d: %v", step, err)
+	}
+}
+
+// rnd is a tiny deterministic generator (no package-level state).
+type rnd struct{ x uint64 }
+
+func newRand(seed int64) *rnd { return &rnd{x: uint64(seed)*0x9E3779B97F4A7C15 + 1} }
+
+func (r *rnd) intn(n int) int {
+	r.x ^= r.x << 13
+	r.x ^= r.x >> 7
+	r.x ^= r.x << 17
+	return int(r.x % uint64(n))
+}

@@ -1,0 +1,258 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/internal/cluster"
+	"github.com/shardsched/shardsched/internal/testenv"
+	"github.com/shardsched/shardsched/scheduler"
+	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/status"
+)
+
+// cp is set once by TestMain and only read afterwards.
+var cp testenv.ControlPlane
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, testenv.Options{Kwok: true}, &cp))
+}
+
+const schedName = "shardsched"
+
+type env struct {
+	t   *testing.T
+	cfg *rest.Config
+	cs  kubernetes.Interface
+	vc  volcano.Interface
+	ns  string
+	d   *Daemon
+}
+
+// newEnv starts one shard process (coordinator, shard, scheduler) on a
+// fresh embedded etcd against the package's control plane.
+func newEnv(t *testing.T) *env {
+	cfg := cp.Require(t)
+	e := testenv.NewEtcd(t)
+	ns := strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
+	ev := &env{t: t, cfg: cfg, cs: kubernetes.NewForConfigOrDie(cfg), vc: volcano.NewForConfigOrDie(cfg), ns: ns}
+	ctx := context.Background()
+	if _, err := ev.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Name: "shard-0", REST: cfg, EtcdEndpoints: e.Endpoints}
+	opts.Shard = shard.DefaultConfig()
+	opts.Shard.BindAddr, opts.Shard.BindPort = "127.0.0.1", 0
+	opts.Shard.Partitions = 64
+	opts.Shard.GossipProfile = "local"
+	opts.Shard.SessionTTL = 5
+	opts.Shard.Tick = 20 * time.Millisecond
+	opts.Coordinator = coordinator.DefaultConfig()
+	opts.Coordinator.SessionTTL = 5
+	opts.Scheduler = scheduler.DefaultConfig()
+	opts.Scheduler.SchedulerName = schedName
+	opts.Scheduler.Partitions = 64
+	opts.Scheduler.BindBackoff = 200 * time.Millisecond
+	opts.Status = status.DefaultConfig()
+	opts.Status.Interval = 200 * time.Millisecond
+	if testing.Verbose() {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	readyc := make(chan *Daemon, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(rctx, opts, func(d *Daemon) { readyc <- d }) }()
+	select {
+	case ev.d = <-readyc:
+	case err := <-done:
+		cancel()
+		t.Fatalf("daemon: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("daemon not ready after 60s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = ev.cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	ev.eventually("the shard holds every partition", 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 })
+	return ev
+}
+
+func (ev *env) eventually(what string, timeout time.Duration, cond func() bool) {
+	ev.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			ev.t.Fatalf("timed out after %s waiting until %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (ev *env) nodes(prefix string, n int, cpu, mem string) {
+	ev.t.Helper()
+	ctx := context.Background()
+	if err := cluster.CreateFakeNodes(ctx, ev.cs, prefix, n, cpu, mem, time.Minute); err != nil {
+		ev.t.Fatal(err)
+	}
+	ev.t.Cleanup(func() {
+		for i := 0; i < n; i++ {
+			_ = ev.cs.CoreV1().Nodes().Delete(context.Background(), fmt.Sprintf("%s-%d", prefix, i), metav1.DeleteOptions{})
+		}
+	})
+}
+
+func (ev *env) queue(name, parent string, capability corev1.ResourceList) {
+	ev.t.Helper()
+	q := &schedv1beta1.Queue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: schedv1beta1.QueueSpec{Weight: 1, Parent: parent, Capability: capability}}
+	if _, err := ev.vc.SchedulingV1beta1().Queues().Create(context.Background(), q, metav1.CreateOptions{}); err != nil {
+		ev.t.Fatal(err)
+	}
+	ev.t.Cleanup(func() { _ = ev.vc.SchedulingV1beta1().Queues().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+func (ev *env) podGroup(name, queue string, minMember int32) {
+	ev.t.Helper()
+	pg := &schedv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ev.ns}, Spec: schedv1beta1.PodGroupSpec{MinMember: minMember, Queue: queue}}
+	if _, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Create(context.Background(), pg, metav1.CreateOptions{}); err != nil {
+		ev.t.Fatal(err)
+	}
+}
+
+func (ev *env) pod(name, group, cpu, mem string, selector map[string]string) {
+	ev.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ev.ns, Annotations: map[string]string{"scheduling.k8s.io/group-name": group}},
+		Spec: corev1.PodSpec{
+			SchedulerName: schedName,
+			NodeSelector:  selector,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}}},
+		},
+	}
+	if _, err := ev.cs.CoreV1().Pods(ev.ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		ev.t.Fatal(err)
+	}
+}
+
+func (ev *env) nodeOf(pod string) string {
+	p, err := ev.cs.CoreV1().Pods(ev.ns).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return p.Spec.NodeName
+}
+
+func (ev *env) boundCount(prefix string, n int) int {
+	c := 0
+	for i := 0; i < n; i++ {
+		if ev.nodeOf(fmt.Sprintf("%s-%d", prefix, i)) != "" {
+			c++
+		}
+	}
+	return c
+}
+
+// F5 through real Queue and PodGroup objects: two children of test-root
+// each ask for all of its capability; the second waits, its PodGroup naming
+// test-root, until the first ends.
+func TestF5SeedScenario(t *testing.T) {
+	ev := newEnv(t)
+	ev.nodes("f5-node", 4, "8", "32Gi")
+	ev.queue("test-root", "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")})
+	ev.queue("test-sub-0", "test-root", nil)
+	ev.queue("test-sub-1", "test-root", nil)
+	ev.podGroup("job-1", "test-sub-0", 1)
+	ev.pod("job-1-0", "job-1", "2", "4Gi", nil)
+	ev.eventually("job-1's pod is bound", 30*time.Second, func() bool { return ev.nodeOf("job-1-0") != "" })
+
+	ev.podGroup("job-2", "test-sub-1", 1)
+	ev.pod("job-2-0", "job-2", "2", "4Gi", nil)
+	ev.eventually("job-2's PodGroup says test-root is full", 30*time.Second, func() bool {
+		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(context.Background(), "job-2", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range pg.Status.Conditions {
+			if strings.Contains(c.Message, "test-root") {
+				return true
+			}
+		}
+		return false
+	})
+	if n := ev.nodeOf("job-2-0"); n != "" {
+		t.Fatalf("job-2 bound to %s while test-root is full", n)
+	}
+	// job-1 ends: its pod and PodGroup go away.
+	ctx := context.Background()
+	zero := int64(0)
+	if err := ev.cs.CoreV1().Pods(ev.ns).Delete(ctx, "job-1-0", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Delete(ctx, "job-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev.eventually("job-2 is bound after job-1 ended", 30*time.Second, func() bool { return ev.nodeOf("job-2-0") != "" })
+}
+
+// A gang of 8 that fits only when 8 nodes are free stays entirely unbound
+// until then, then binds all 8.
+func TestGangAllOrNothing(t *testing.T) {
+	ev := newEnv(t)
+	ev.nodes("gang-a", 4, "8", "32Gi")
+	ev.podGroup("gang", "default", 8)
+	for i := 0; i < 8; i++ {
+		ev.pod(fmt.Sprintf("gang-%d", i), "gang", "6", "8Gi", nil)
+	}
+	// With 4 nodes of 8 CPU only 4 tasks of 6 CPU fit: none may bind.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := ev.boundCount("gang", 8); n != 0 {
+			t.Fatalf("%d of 8 gang pods bound with room for only 4", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ev.nodes("gang-b", 4, "8", "32Gi")
+	ev.eventually("all 8 gang pods are bound", 30*time.Second, func() bool { return ev.boundCount("gang", 8) == 8 })
+}
+
+// A pod with an unsatisfiable nodeSelector gets a FailedScheduling event
+// with the reason.
+func TestFailedSchedulingEvent(t *testing.T) {
+	ev := newEnv(t)
+	ev.nodes("sel-node", 2, "8", "32Gi")
+	ev.podGroup("lonely", "default", 1)
+	ev.pod("lonely-0", "lonely", "1", "1Gi", map[string]string{"disktype": "nvme-that-does-not-exist"})
+	ev.eventually("a FailedScheduling event with a reason", 30*time.Second, func() bool {
+		evs, err := ev.cs.CoreV1().Events(ev.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=lonely-0"})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "FailedScheduling" && strings.Contains(e.Message, "node") {
+				t.Logf("event: %s", e.Message)
+				return true
+			}
+		}
+		return false
+	})
+	if n := ev.nodeOf("lonely-0"); n != "" {
+		t.Fatalf("pod with an unsatisfiable selector bound to %s", n)
+	}
+}

@@ -1,0 +1,62 @@
+package placement
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// benchCluster is a shard's worth of nodes: 64 cores, 256Gi, 110 pods each,
+// about half used; one in eight has 8 tainted GPUs; three zones.
+func benchCluster(n int) []*api.NodeBooks {
+	r := rand.New(rand.NewPCG(1, 2))
+	nodes := make([]*api.NodeBooks, n)
+	for i := range nodes {
+		b := mkNode(fmt.Sprintf("node-%05d", i), 64, 256, 110,
+			withLabels("zone", fmt.Sprintf("z%d", i%3), "gen", fmt.Sprint(3+i%4)),
+			withUsed(r.Int64N(48000), r.Int64N(192), r.Int64N(60)))
+		if i%8 == 0 {
+			withGPU(8)(b)
+			withTaint("nvidia.com/gpu", "present", api.TaintNoSchedule)(b)
+		}
+		nodes[i] = b
+	}
+	return nodes
+}
+
+// BenchmarkPlaceGang plans one gang of 4-core, 16Gi tasks over 1,600 nodes:
+// "plain" tasks have no constraints (every node reaches the Resources
+// filter); "constrained" tasks have a zone selector and a Gt affinity that
+// about a quarter of the nodes pass. It reports time and allocations per
+// plan; compare sizes as ratios within one run, never as absolute times.
+func BenchmarkPlaceGang(b *testing.B) {
+	nodes := benchCluster(1600)
+	for _, strategy := range []string{StrategyBinPack, StrategySpread} {
+		cfg, err := DefaultConfig(strategy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, kind := range []string{"plain", "constrained"} {
+			for _, size := range []int{1, 8, 128} {
+				tasks := gang("g", size, 4000, 16)
+				if kind == "constrained" {
+					for _, t := range tasks {
+						t.NodeSelector = map[string]string{"zone": "z1"}
+						t.Affinity = []api.SelectorTerm{{MatchExpressions: []api.SelectorRequirement{req("gen", api.SelectorGt, "3")}}}
+					}
+				}
+				b.Run(fmt.Sprintf("%s/%s/nodes=1600/gang=%d", strategy, kind, size), func(b *testing.B) {
+					rng := rand.New(rand.NewPCG(7, 7))
+					b.ReportAllocs()
+					for b.Loop() {
+						if res := PlaceGang(cfg, tasks, nodes, size, rng); !res.OK {
+							b.Fatalf("gang of %d did not fit: %s", size, Summarize(res.Reasons, len(nodes)))
+						}
+					}
+				})
+			}
+		}
+	}
+}

@@ -1,0 +1,369 @@
+package placement
+
+import (
+	"cmp"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// Result is a gang plan.
+type Result struct {
+	// Assignments maps task UID → node name. It holds every task that fit
+	// when OK, and nothing otherwise: a partial gang is never returned.
+	Assignments map[string]string
+	// Placed is how many tasks fit in the plan; when !OK it is how far the
+	// plan got before it was dropped (always < minMember).
+	Placed int
+	// OK reports that at least minMember tasks fit.
+	OK bool
+	// Reasons counts, for the first task that fit nowhere, the nodes
+	// rejected per reason ("Insufficient cpu" → 5), for a FailedScheduling
+	// message (see Summarize). Empty when every task tried fit.
+	Reasons map[string]int
+	// Unplaced lists, in input order, the UIDs of the tasks that fit
+	// nowhere or were not tried because the gang could no longer reach
+	// minMember. Placed + len(Unplaced) is the number of distinct tasks.
+	Unplaced []string
+}
+
+// PlaceGang plans where the tasks of one gang go on nodes, all or nothing.
+//
+// Tasks are placed in the order given (callers sort them: priority, then
+// creation). Each task goes to the feasible node with the highest weighted
+// score; the resources of every task placed are taken off that node's Free
+// for the tasks after it, without touching the NodeBooks. Node order is
+// shuffled once per call with rng, and ties go to the earlier node in that
+// order, so shards planning at the same time rarely pick the same node; a
+// nil rng keeps the input order (deterministic, for tests).
+//
+// The plan is OK when at least minMember tasks fit (minMember ≤ 0: always);
+// then every task that fit is assigned, including those beyond minMember.
+// Otherwise Assignments is empty. PlaceGang stops trying as soon as the
+// tasks left cannot reach minMember.
+//
+// Nil tasks, nil nodes and repeated task UIDs (after the first) are
+// ignored. Out-of-sync nodes are skipped whatever cfg says (F2). PlaceGang
+// never mutates its arguments and never panics on them; it is safe to call
+// from many goroutines at once with the same cfg and nodes, each with its
+// own rng.
+func PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBooks, minMember int, rng *rand.Rand) Result {
+	p := newPlanner(cfg, nodes, rng)
+	res := Result{Assignments: make(map[string]string, min(len(tasks), 1024)), Reasons: map[string]int{}}
+
+	gang := distinct(tasks)
+	explained := false
+	for k, t := range gang {
+		// Give up once the tasks left cannot make up minMember.
+		if res.Placed+(len(gang)-k) < minMember {
+			res.Unplaced = append(res.Unplaced, t.UID)
+			continue
+		}
+		if i := p.place(t); i >= 0 {
+			res.Assignments[t.UID] = p.slots[i].view.Books.Node.Name
+			res.Placed++
+			continue
+		}
+		res.Unplaced = append(res.Unplaced, t.UID)
+		if !explained {
+			p.explain(t, res.Reasons)
+			explained = true
+		}
+	}
+
+	res.OK = res.Placed >= minMember
+	if !res.OK {
+		clear(res.Assignments)
+	}
+	return res
+}
+
+// distinct returns tasks without nil entries and without repeated UIDs
+// (the first task with a UID wins), in order. It does not copy when there
+// is nothing to drop.
+func distinct(tasks []*api.Task) []*api.Task {
+	if len(tasks) == 1 && tasks[0] != nil {
+		return tasks
+	}
+	seen := make(map[string]struct{}, len(tasks))
+	out := make([]*api.Task, 0, len(tasks))
+	for _, t := range tasks {
+		if t == nil {
+			continue
+		}
+		if _, dup := seen[t.UID]; dup {
+			continue
+		}
+		seen[t.UID] = struct{}{}
+		out = append(out, t)
+	}
+	return out
+}
+
+// slot is one node in the plan.
+type slot struct {
+	view NodeView
+	// tally is what is free on the node when the planner is lazy.
+	tally tally
+	// ready: view.Free (or tally) is computed. It is computed the first time a filter
+	// that reads it, or a scorer, is about to see the node.
+	ready bool
+	// static is the verdict of the chain's static prefix for the tasks of
+	// constraint epoch `epoch` (see planner.epoch).
+	static Status
+	epoch  uint64
+}
+
+// planner holds one PlaceGang call's state. It is never shared.
+type planner struct {
+	filters []Filter
+	// static filters depend only on the books and the task's constraints
+	// (see staticFilter); nStatic is the length of the chain's leading run
+	// of them, whose verdicts slots cache per epoch.
+	static  []bool
+	nStatic int
+	scorers []Scorer
+	weights []int64
+	sample  int
+	slots   []slot // in the shuffled order
+	start   int    // where the next scan starts when sampling
+	// epoch names the current task's constraints (selector, affinity,
+	// tolerations); it moves on when a task's constraints differ from the
+	// previous task's, which invalidates every slot's cached verdict. The
+	// tasks of one gang usually share a pod template, so one static scan
+	// serves the whole gang.
+	epoch uint64
+	last  *api.Task
+	// lazy: every step is built in, so Free is never materialized (see
+	// builtin); slots keep a tally instead.
+	lazy bool
+}
+
+// maxWeight bounds a scorer's weight so that weighted sums cannot overflow.
+const maxWeight int64 = 1 << 32
+
+func newPlanner(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) *planner {
+	p := &planner{sample: max(cfg.Sample, 0), lazy: true}
+	prefix := true
+	for _, f := range cfg.Filters {
+		if f == nil {
+			continue
+		}
+		if _, ok := f.(builtin); !ok {
+			p.lazy = false
+		}
+		_, static := f.(staticFilter)
+		p.filters = append(p.filters, f)
+		p.static = append(p.static, static)
+		if prefix = prefix && static; prefix {
+			p.nStatic++
+		}
+	}
+	for i, s := range cfg.Scorers {
+		if s == nil {
+			continue
+		}
+		if _, ok := s.(builtin); !ok {
+			p.lazy = false
+		}
+		w := int64(1)
+		if i < len(cfg.Weights) {
+			w = min(max(cfg.Weights[i], 0), maxWeight)
+		}
+		p.scorers = append(p.scorers, s)
+		p.weights = append(p.weights, w)
+	}
+	p.slots = make([]slot, 0, len(nodes))
+	for _, b := range nodes {
+		if b != nil {
+			p.slots = append(p.slots, slot{view: NodeView{Books: b}})
+		}
+	}
+	if rng != nil {
+		rng.Shuffle(len(p.slots), func(i, j int) { p.slots[i], p.slots[j] = p.slots[j], p.slots[i] })
+	}
+	if p.lazy { // slots no longer move: point each view at its own tally
+		for i := range p.slots {
+			p.slots[i].view.tally = &p.slots[i].tally
+		}
+	}
+	return p
+}
+
+// begin prepares the planner for task t.
+func (p *planner) begin(t *api.Task) {
+	if p.last == nil || !sameConstraints(p.last, t) {
+		p.epoch++
+	}
+	p.last = t
+}
+
+// place picks the best feasible node for t, assumes t onto it and returns
+// its slot index, or -1 when no node is feasible.
+func (p *planner) place(t *api.Task) int {
+	p.begin(t)
+	n := len(p.slots)
+	best, bestScore, feasible, k := -1, int64(0), 0, 0
+	for k = 0; k < n; k++ {
+		i := p.start + k
+		if i >= n {
+			i -= n
+		}
+		s := &p.slots[i]
+		if _, ok := p.feasible(t, s); !ok {
+			continue
+		}
+		score := p.score(t, &s.view)
+		if best < 0 || score > bestScore {
+			best, bestScore = i, score
+		}
+		feasible++
+		if p.sample > 0 && feasible >= p.sample {
+			k++
+			break
+		}
+	}
+	if p.sample > 0 && n > 0 {
+		p.start = (p.start + k) % n
+	}
+	if best >= 0 {
+		if s := &p.slots[best]; p.lazy {
+			s.tally.take(&t.Request)
+		} else {
+			takeFree(&s.view.Free, &t.Request)
+		}
+	}
+	return best
+}
+
+// explain runs the filters over every node again for a task that fit
+// nowhere and counts the nodes per reason. Filters are pure, so this
+// reproduces the failed scan; it keeps map work off the placement path.
+func (p *planner) explain(t *api.Task, reasons map[string]int) {
+	p.begin(t)
+	for i := range p.slots {
+		if st, ok := p.feasible(t, &p.slots[i]); !ok {
+			reasons[st.Reason]++
+		}
+	}
+}
+
+// feasible runs the built-in out-of-sync check and the filter chain: the
+// static prefix once per node and epoch, the rest every time.
+func (p *planner) feasible(t *api.Task, s *slot) (Status, bool) {
+	if s.view.Books.OutOfSync {
+		return reject(ReasonOutOfSync), false
+	}
+	if s.epoch != p.epoch {
+		s.static, s.epoch = Status{}, p.epoch
+		for i := range p.nStatic {
+			if st := p.run(i, t, s); st.Code != Success {
+				s.static = st
+				break
+			}
+		}
+	}
+	if s.static.Code != Success {
+		return s.static, false
+	}
+	for i := p.nStatic; i < len(p.filters); i++ {
+		if st := p.run(i, t, s); st.Code != Success {
+			return st, false
+		}
+	}
+	if !s.ready { // scorers and assume need Free
+		s.materialize()
+	}
+	return Status{}, true
+}
+
+// run runs filter i on one node, computing the node's Free first if the
+// filter may read it.
+func (p *planner) run(i int, t *api.Task, s *slot) Status {
+	if !s.ready && !p.static[i] {
+		s.materialize()
+	}
+	f := p.filters[i]
+	st := f.Filter(t, &s.view)
+	if st.Code != Success && st.Reason == "" { // still counted, by name
+		st.Reason = "node(s) rejected by " + f.Name()
+	}
+	return st
+}
+
+// materialize computes the slot's Free, or its tally when the planner is
+// lazy, from its books.
+func (s *slot) materialize() {
+	if s.view.tally != nil {
+		s.tally.init(s.view.Books)
+	} else {
+		s.view.Free = idle(s.view.Books)
+	}
+	s.ready = true
+}
+
+// sameConstraints reports whether a and b have the same node selector,
+// required affinity and tolerations: the only task fields static filters
+// read.
+func sameConstraints(a, b *api.Task) bool {
+	return a == b || (maps.Equal(a.NodeSelector, b.NodeSelector) &&
+		slices.Equal(a.Tolerations, b.Tolerations) &&
+		slices.EqualFunc(a.Affinity, b.Affinity, func(x, y api.SelectorTerm) bool {
+			return slices.EqualFunc(x.MatchExpressions, y.MatchExpressions, func(r, q api.SelectorRequirement) bool {
+				return r.Key == q.Key && r.Operator == q.Operator && slices.Equal(r.Values, q.Values)
+			})
+		}))
+}
+
+func (p *planner) score(t *api.Task, v *NodeView) int64 {
+	var total int64
+	for i, s := range p.scorers {
+		total += p.weights[i] * min(max(s.Score(t, v), 0), MaxScore)
+	}
+	return total
+}
+
+// Summarize renders reasons as kube-scheduler's FailedScheduling message:
+//
+//	0/8 nodes are available: 5 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector.
+//
+// Reasons are listed by count, highest first, then by name; counts ≤ 0 are
+// left out. total is the number of nodes considered.
+func Summarize(reasons map[string]int, total int) string {
+	type entry struct {
+		reason string
+		count  int
+	}
+	entries := make([]entry, 0, len(reasons))
+	for r, c := range reasons {
+		if c > 0 {
+			entries = append(entries, entry{r, c})
+		}
+	}
+	slices.SortFunc(entries, func(a, b entry) int {
+		if c := cmp.Compare(b.count, a.count); c != 0 {
+			return c
+		}
+		return strings.Compare(a.reason, b.reason)
+	})
+	var sb strings.Builder
+	sb.WriteString("0/")
+	sb.WriteString(strconv.Itoa(max(total, 0)))
+	sb.WriteString(" nodes are available")
+	for i, e := range entries {
+		if i == 0 {
+			sb.WriteString(": ")
+		} else {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(strconv.Itoa(e.count))
+		sb.WriteByte(' ')
+		sb.WriteString(e.reason)
+	}
+	sb.WriteByte('.')
+	return sb.String()
+}

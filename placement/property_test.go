@@ -1,0 +1,200 @@
+package placement
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// randomCluster builds nodes with random capacity, usage, labels, taints,
+// cordons and out-of-sync books.
+func randomCluster(r *rand.Rand) []*api.NodeBooks {
+	nodes := make([]*api.NodeBooks, 1+r.IntN(30))
+	zones := []string{"a", "b", "c"}
+	gens := []string{"3", "5", "7", "x9", ""}
+	for i := range nodes {
+		cores, memGi, pods := int64(1+r.IntN(16)), int64(1+r.IntN(64)), int64(1+r.IntN(10))
+		b := mkNode(fmt.Sprintf("n%02d", i), cores, memGi, pods,
+			withLabels("zone", zones[r.IntN(3)], "gen", gens[r.IntN(len(gens))]))
+		if r.IntN(3) == 0 {
+			withGPU(int64(4 * (1 + r.IntN(2))))(b)
+		}
+		if r.IntN(2) == 0 {
+			b.Used = api.NewResource(r.Int64N(cores*1000+1), r.Int64N(memGi*gi+1), map[string]int64{
+				api.Pods: r.Int64N(pods + 1), gpu: r.Int64N(b.Node.Allocatable.Get(gpu) + 1)})
+		}
+		if r.IntN(5) == 0 {
+			withTaint("dedicated", zones[r.IntN(3)], []string{api.TaintNoSchedule, api.TaintNoExecute, api.TaintPreferNoSchedule}[r.IntN(3)])(b)
+		}
+		if r.IntN(12) == 0 {
+			cordoned(b)
+		}
+		if r.IntN(12) == 0 {
+			outOfSync(b)
+		}
+		nodes[i] = b
+	}
+	return nodes
+}
+
+func randomGang(r *rand.Rand) []*api.Task {
+	tasks := gang("g", 1+r.IntN(12), int64(100+r.IntN(8000)), int64(r.IntN(16)))
+	for _, t := range tasks {
+		if r.IntN(4) == 0 {
+			t.Request = t.Request.With(gpu, int64(1+r.IntN(4)))
+		}
+		if r.IntN(4) == 0 {
+			t.NodeSelector = map[string]string{"zone": []string{"a", "b"}[r.IntN(2)]}
+		}
+		if r.IntN(4) == 0 {
+			t.Affinity = []api.SelectorTerm{
+				{MatchExpressions: []api.SelectorRequirement{req("gen", []string{api.SelectorGt, api.SelectorLt}[r.IntN(2)], "4")}},
+				{MatchExpressions: []api.SelectorRequirement{req("zone", api.SelectorIn, "c")}},
+			}
+		}
+		if r.IntN(3) == 0 {
+			t.Tolerations = []api.Toleration{{Key: "dedicated", Operator: api.TolerationEqual, Value: "a"}}
+		}
+	}
+	return tasks
+}
+
+// TestGangAgainstModel checks PlaceGang against a naive sequential model of
+// the same greedy rule: every task goes to a node that passes the whole
+// chain given what earlier tasks took; with Sample 0 to a node with the
+// best score; a task is unplaced only if no node can take it; and OK,
+// all-or-nothing and "tasks beyond minMember are kept" hold for any
+// minMember.
+func TestGangAgainstModel(t *testing.T) {
+	for seed := uint64(0); seed < 400; seed++ {
+		r := rand.New(rand.NewPCG(seed, 42))
+		nodes, tasks := randomCluster(r), randomGang(r)
+		strategy := []string{StrategyBinPack, StrategySpread}[r.IntN(2)]
+		cfg := mustConfig(t, strategy)
+		if r.IntN(4) == 0 {
+			cfg.Sample = 1 + r.IntN(3)
+		}
+		ctx := fmt.Sprintf("seed %d (%s, sample %d)", seed, strategy, cfg.Sample)
+
+		base := PlaceGang(cfg, tasks, nodes, 0, rngFor(seed))
+		checkGreedy(t, ctx, cfg, tasks, nodes, base)
+
+		// The same steps behind opaque wrappers take the planner's general
+		// path (Free materialized per node, no static cache): same plan.
+		if plain := PlaceGang(opaqueConfig(cfg), tasks, nodes, 0, rngFor(seed)); !reflect.DeepEqual(plain, base) {
+			t.Fatalf("%s: general path %+v differs from fast path %+v", ctx, plain, base)
+		}
+
+		for _, m := range []int{1, base.Placed, base.Placed + 1, len(tasks)} {
+			res := PlaceGang(cfg, tasks, nodes, m, rngFor(seed))
+			if res.OK != (base.Placed >= m) {
+				t.Fatalf("%s minMember %d: OK=%v with %d placeable", ctx, m, res.OK, base.Placed)
+			}
+			if res.OK && !maps.Equal(res.Assignments, base.Assignments) {
+				t.Fatalf("%s minMember %d: plan %v differs from %v", ctx, m, res.Assignments, base.Assignments)
+			}
+			if !res.OK && len(res.Assignments) != 0 {
+				t.Fatalf("%s minMember %d: partial gang %v", ctx, m, res.Assignments)
+			}
+			if res.Placed+len(res.Unplaced) != len(tasks) {
+				t.Fatalf("%s minMember %d: %d placed + %d unplaced != %d", ctx, m, res.Placed, len(res.Unplaced), len(tasks))
+			}
+		}
+	}
+}
+
+func checkGreedy(t *testing.T, ctx string, cfg Config, tasks []*api.Task, nodes []*api.NodeBooks, res Result) {
+	t.Helper()
+	byName := map[string]*api.NodeBooks{}
+	free := map[string]api.Resource{}
+	for _, n := range nodes {
+		byName[n.Node.Name] = n
+		free[n.Node.Name] = n.Idle() // the api's own arithmetic, not the planner's
+	}
+	passes := func(task *api.Task, n *api.NodeBooks) bool {
+		if n.OutOfSync {
+			return false
+		}
+		v := &NodeView{Books: n, Free: free[n.Node.Name]}
+		for _, f := range cfg.Filters {
+			if !f.Filter(task, v).IsSuccess() {
+				return false
+			}
+		}
+		// Independent of the Resources filter: the api's own Fits.
+		return task.Request.Fits(free[n.Node.Name])
+	}
+	score := func(task *api.Task, n *api.NodeBooks) int64 {
+		return cfg.Scorers[0].Score(task, &NodeView{Books: n, Free: free[n.Node.Name]})
+	}
+	firstFailure := true
+	for _, task := range tasks {
+		var feasible []*api.NodeBooks
+		bestScore := int64(-1)
+		for _, n := range nodes {
+			if passes(task, n) {
+				feasible = append(feasible, n)
+				bestScore = max(bestScore, score(task, n))
+			}
+		}
+		name, ok := res.Assignments[task.UID]
+		if !ok {
+			if len(feasible) != 0 {
+				t.Fatalf("%s: %s unplaced but %d nodes could take it", ctx, task.UID, len(feasible))
+			}
+			if firstFailure {
+				firstFailure = false
+				sum := 0
+				for _, c := range res.Reasons {
+					sum += c
+				}
+				if sum != len(nodes) {
+					t.Fatalf("%s: reasons %v count %d nodes, want %d", ctx, res.Reasons, sum, len(nodes))
+				}
+			}
+			continue
+		}
+		n := byName[name]
+		if n == nil || !passes(task, n) {
+			t.Fatalf("%s: %s placed on %q, which cannot take it", ctx, task.UID, name)
+		}
+		if cfg.Sample == 0 && score(task, n) != bestScore {
+			t.Fatalf("%s: %s placed on %q scoring %d, best is %d", ctx, task.UID, name, score(task, n), bestScore)
+		}
+		left, err := free[name].Sub(task.Request)
+		if err != nil {
+			t.Fatalf("%s: %s overbooks %q: %v", ctx, task.UID, name, err)
+		}
+		free[name] = left
+	}
+	if firstFailure && len(res.Reasons) != 0 {
+		t.Fatalf("%s: reasons %v but every task fit", ctx, res.Reasons)
+	}
+}
+
+// opaqueFilter and opaqueScorer hide a step's concrete type, as a step from
+// another package would.
+type opaqueFilter struct{ f Filter }
+type opaqueScorer struct{ s Scorer }
+
+func (o opaqueFilter) Name() string                           { return o.f.Name() }
+func (o opaqueFilter) Filter(t *api.Task, n *NodeView) Status { return o.f.Filter(t, n) }
+func (o opaqueScorer) Name() string                           { return o.s.Name() }
+func (o opaqueScorer) Score(t *api.Task, n *NodeView) int64   { return o.s.Score(t, n) }
+
+func opaqueConfig(c Config) Config {
+	out := c
+	out.Filters = make([]Filter, len(c.Filters))
+	for i, f := range c.Filters {
+		out.Filters[i] = opaqueFilter{f}
+	}
+	out.Scorers = make([]Scorer, len(c.Scorers))
+	for i, s := range c.Scorers {
+		out.Scorers[i] = opaqueScorer{s}
+	}
+	return out
+}

@@ -1,0 +1,124 @@
+package placement
+
+import (
+	"math"
+	"testing"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+func TestScores(t *testing.T) {
+	cases := []struct {
+		name    string
+		task    *api.Task
+		node    *NodeView
+		binpack int64
+	}{
+		{"empty node, quarter of cpu", mkTask("a", 4000, 0), view(mkNode("n", 16, 64, 110)), 25},
+		{"memory dominates", mkTask("a", 1000, 32), view(mkNode("n", 16, 64, 110)), 50},
+		{"used counts", mkTask("a", 4000, 0), view(mkNode("n", 16, 64, 110, withUsed(8000, 0, 2))), 75},
+		{"fills the node", mkTask("a", 16000, 0), view(mkNode("n", 16, 64, 110)), 100},
+		{"pods dimension can dominate", mkTask("a", 0, 0), view(mkNode("n", 16, 64, 2, withUsed(0, 0, 1))), 100},
+		{"gpu dominates when asked", &api.Task{Request: api.NewResource(1000, 0, map[string]int64{gpu: 4})},
+			view(mkNode("n", 16, 64, 110, withGPU(8))), 50},
+		{"gpu ignored when not asked", mkTask("a", 1600, 0), view(mkNode("n", 16, 64, 110, withGPU(8))), 10},
+		{"request larger than free clamps", mkTask("a", 99000, 0), view(mkNode("n", 16, 64, 110)), 100},
+		{"node with no allocatable", mkTask("a", 1000, 1), &NodeView{Books: &api.NodeBooks{}}, 0},
+		{"huge numbers do not overflow", &api.Task{Request: api.NewResource(math.MaxInt64/2+1, 0, nil)},
+			&NodeView{Books: &api.NodeBooks{Node: api.Node{Allocatable: api.NewResource(math.MaxInt64, 0, nil)}},
+				Free: api.NewResource(math.MaxInt64, 0, nil)}, 50},
+		{"negative free and request", &api.Task{Request: api.Resource{MilliCPU: -1}},
+			&NodeView{Books: mkNode("n", 4, 4, 4), Free: api.Resource{MilliCPU: -7}}, 100},
+		{"nil task", nil, view(mkNode("n", 16, 64, 110, withUsed(4000, 0, 1))), 25},
+		{"nil node", mkTask("a", 1, 1), nil, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := (BinPack{}).Score(tc.task, tc.node); got != tc.binpack {
+				t.Errorf("BinPack = %d, want %d", got, tc.binpack)
+			}
+			if got := (Spread{}).Score(tc.task, tc.node); got != MaxScore-tc.binpack {
+				t.Errorf("Spread = %d, want %d", got, MaxScore-tc.binpack)
+			}
+		})
+	}
+}
+
+// BinPack and Spread choose different nodes from the same cluster, whatever
+// the seed.
+func TestBinPackVersusSpread(t *testing.T) {
+	nodes := []*api.NodeBooks{
+		mkNode("busy", 32, 128, 110, withUsed(24000, 96, 20)),
+		mkNode("half", 32, 128, 110, withUsed(16000, 64, 10)),
+		mkNode("empty", 32, 128, 110),
+	}
+	task := []*api.Task{mkTask("a", 4000, 8)}
+	for seed := uint64(0); seed < 50; seed++ {
+		bp := PlaceGang(mustConfig(t, StrategyBinPack), task, nodes, 1, rngFor(seed))
+		sp := PlaceGang(mustConfig(t, StrategySpread), task, nodes, 1, rngFor(seed))
+		if bp.Assignments["a"] != "busy" || sp.Assignments["a"] != "empty" {
+			t.Fatalf("seed %d: binpack chose %q (want busy), spread chose %q (want empty)",
+				seed, bp.Assignments["a"], sp.Assignments["a"])
+		}
+	}
+
+	// A gang of 4 one-core tasks on 4 empty 4-core nodes: binpack fills one
+	// node, spread uses all four.
+	empty := []*api.NodeBooks{mkNode("a", 4, 16, 110), mkNode("b", 4, 16, 110), mkNode("c", 4, 16, 110), mkNode("d", 4, 16, 110)}
+	for seed := uint64(0); seed < 20; seed++ {
+		bp := PlaceGang(mustConfig(t, StrategyBinPack), gang("g", 4, 1000, 1), empty, 4, rngFor(seed))
+		sp := PlaceGang(mustConfig(t, StrategySpread), gang("g", 4, 1000, 1), empty, 4, rngFor(seed))
+		if !bp.OK || !sp.OK {
+			t.Fatalf("seed %d: binpack %+v spread %+v", seed, bp, sp)
+		}
+		if d := distinctNodes(bp.Assignments); d != 1 {
+			t.Errorf("seed %d: binpack used %d nodes, want 1: %v", seed, d, bp.Assignments)
+		}
+		if d := distinctNodes(sp.Assignments); d != 4 {
+			t.Errorf("seed %d: spread used %d nodes, want 4: %v", seed, d, sp.Assignments)
+		}
+	}
+}
+
+// Weights combine scorers; out-of-range scores are clamped.
+type constScorer int64
+
+func (c constScorer) Name() string                     { return "const" }
+func (c constScorer) Score(*api.Task, *NodeView) int64 { return int64(c) }
+
+type byNameScorer map[string]int64
+
+func (m byNameScorer) Name() string                         { return "byName" }
+func (m byNameScorer) Score(_ *api.Task, n *NodeView) int64 { return m[n.Books.Node.Name] }
+
+func TestWeightsAndClamping(t *testing.T) {
+	nodes := []*api.NodeBooks{mkNode("a", 4, 4, 10), mkNode("b", 4, 4, 10)}
+	task := []*api.Task{mkTask("x", 1000, 1)}
+	// byName favours b by 1000 (clamped to 100); BinPack is equal on both.
+	// With weight 0 on byName, and a tie elsewhere, b must not always win.
+	cfg := Config{Filters: []Filter{Resources{}}, Scorers: []Scorer{byNameScorer{"b": 1000}, BinPack{}}, Weights: []int64{1, 1}}
+	for seed := uint64(0); seed < 20; seed++ {
+		if got := PlaceGang(cfg, task, nodes, 1, rngFor(seed)).Assignments["x"]; got != "b" {
+			t.Fatalf("seed %d: chose %q, want b", seed, got)
+		}
+	}
+	// A negative score is clamped to 0, not a penalty beyond the range: a
+	// then ties with b, so both are chosen over the seeds.
+	cfg = Config{Filters: []Filter{Resources{}}, Scorers: []Scorer{byNameScorer{"a": -1000}}, Weights: []int64{5}}
+	seen := map[string]bool{}
+	for seed := uint64(0); seed < 40; seed++ {
+		seen[PlaceGang(cfg, task, nodes, 1, rngFor(seed)).Assignments["x"]] = true
+	}
+	if !seen["a"] || !seen["b"] {
+		t.Fatalf("clamped scores should tie; chosen: %v", seen)
+	}
+	// Weight 0 removes a scorer's influence.
+	cfg = Config{Filters: []Filter{Resources{}}, Scorers: []Scorer{byNameScorer{"b": 100}, constScorer(7)}, Weights: []int64{0, 1}}
+	seen = map[string]bool{}
+	for seed := uint64(0); seed < 40; seed++ {
+		seen[PlaceGang(cfg, task, nodes, 1, rngFor(seed)).Assignments["x"]] = true
+	}
+	if !seen["a"] || !seen["b"] {
+		t.Fatalf("weight 0 should tie; chosen: %v", seen)
+	}
+}

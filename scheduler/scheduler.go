@@ -1,0 +1,568 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/cache"
+	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/placement"
+	"github.com/shardsched/shardsched/shard"
+)
+
+// Binder binds one pod to a node. Called concurrently by the bind workers;
+// it may block for the duration of one API call.
+type Binder interface {
+	Bind(ctx context.Context, t *api.Task, node string) error
+}
+
+// Quota is the coordinator as seen by a shard (*coordinator.Client).
+// Called from the scheduling loop; calls block until answered.
+type Quota interface {
+	Reserve(ctx context.Context, job coordinator.JobRef, queue string, amount api.Resource) (coordinator.Result, error)
+	Confirm(ctx context.Context, uid string) (coordinator.Result, error)
+	Release(ctx context.Context, uid string) (coordinator.Result, error)
+}
+
+// Ownership says which keys this shard may use (*shard.Shard). Safe for
+// concurrent use; Use/Done bracket one bind.
+type Ownership interface {
+	Holds(key string) bool
+	Use(key string) bool
+	Done(key string)
+}
+
+// Recorder reports scheduling outcomes as Kubernetes events. Called
+// concurrently; must not block.
+type Recorder interface {
+	Scheduled(t *api.Task, node string)
+	FailedScheduling(t *api.Task, message string)
+	Unschedulable(j *api.Job, message string)
+}
+
+// Status receives the latest Queue and PodGroup status (*status.Batcher).
+// Called from the scheduling loop; must not block.
+type Status interface {
+	SetQueue(queue string, st api.QueueStatus)
+	SetPodGroup(namespace, name, uid string, st api.JobStatus)
+}
+
+// Config tunes the scheduler. Use DefaultConfig.
+type Config struct {
+	SchedulerName string
+	Partitions    int
+	Strategy      string // "binpack" or "spread"
+	CycleInterval time.Duration
+	BindWorkers   int
+	BindBackoff   time.Duration
+	CallTimeout   time.Duration
+	Seed          uint64
+	Logger        *slog.Logger
+}
+
+// DefaultConfig returns bin-packing, 20 ms cycles and 32 bind workers.
+func DefaultConfig() Config {
+	return Config{
+		SchedulerName: "volcano",
+		Partitions:    shard.DefaultPartitions,
+		Strategy:      "binpack",
+		CycleInterval: 20 * time.Millisecond,
+		BindWorkers:   32,
+		BindBackoff:   time.Second,
+		CallTimeout:   10 * time.Second,
+	}
+}
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.SchedulerName == "":
+		return errors.New("scheduler name is empty")
+	case c.Partitions < 1:
+		return fmt.Errorf("partitions %d: must be positive", c.Partitions)
+	case c.CycleInterval <= 0 || c.BindBackoff <= 0 || c.CallTimeout <= 0:
+		return errors.New("cycle interval, bind backoff and call timeout must be positive")
+	case c.BindWorkers < 1 || c.BindWorkers > 1024:
+		return fmt.Errorf("bind workers %d: must be between 1 and 1024", c.BindWorkers)
+	}
+	_, err := placement.DefaultConfig(c.Strategy)
+	return err
+}
+
+// Deps are the ports the scheduler runs on.
+type Deps struct {
+	Cache     *cache.Cache
+	Ownership Ownership
+	Quota     Quota
+	Binder    Binder
+	Recorder  Recorder
+	Status    Status
+}
+
+// Scheduler is one shard's scheduling loop and bind pool.
+type Scheduler struct {
+	cfg   Config
+	deps  Deps
+	place placement.Config
+	log   *slog.Logger
+	rng   *rand.Rand // loop only
+	snap  *cache.Snapshot
+
+	binds chan bindReq
+
+	mu        sync.Mutex           // guards the fields below
+	admitted  map[string]admission // job UID → its reservation
+	backoff   map[string]time.Time // task UID → not before
+	inflight  map[string]string    // task UID → node, bind in progress
+	confirmed map[string]bool      // job UID → reservation confirmed
+	lastEvent map[string]time.Time // task or job UID → last FailedScheduling/Unschedulable
+}
+
+type admission struct {
+	job   api.Job
+	queue string
+}
+
+type bindReq struct {
+	task api.Task
+	node string
+	job  api.Job
+}
+
+// New checks cfg and deps.
+func New(cfg Config, deps Deps) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Cache == nil || deps.Ownership == nil || deps.Quota == nil || deps.Binder == nil || deps.Recorder == nil || deps.Status == nil {
+		return nil, errors.New("scheduler: every dependency is required")
+	}
+	pc, _ := placement.DefaultConfig(cfg.Strategy)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Scheduler{
+		cfg: cfg, deps: deps, place: pc, log: cfg.Logger,
+		rng:   rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano()))),
+		snap:  &cache.Snapshot{},
+		binds: make(chan bindReq, 4096),
+		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
+		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{},
+	}, nil
+}
+
+// Run runs the bind workers and the scheduling loop until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for i := 0; i < s.cfg.BindWorkers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.bindWorker(ctx)
+		}()
+	}
+	tick := time.NewTicker(s.cfg.CycleInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-tick.C:
+			s.Cycle(ctx)
+		}
+	}
+}
+
+// Cycle runs one scheduling cycle: snapshot, admission, placement, status.
+func (s *Scheduler) Cycle(ctx context.Context) {
+	s.deps.Cache.UpdateSnapshot(s.snap)
+	jobs := s.snap.Jobs()
+	s.log.Debug("cycle", "jobs", len(jobs), "nodes", len(s.snap.Nodes()), "pending", len(s.snap.PendingTasks()))
+	byQueue := map[string][]*api.Job{}
+	live := map[string]bool{}
+	for _, j := range jobs {
+		live[j.UID] = true
+		if !s.deps.Ownership.Holds(shard.QueueKey(j.Queue)) {
+			continue
+		}
+		byQueue[j.Queue] = append(byQueue[j.Queue], j)
+	}
+	s.releaseGone(ctx, live)
+	s.admit(ctx, byQueue)
+	s.placeAdmitted(ctx, jobs)
+	s.writeStatus(byQueue)
+}
+
+// jobTasks returns the job's tasks for this scheduler: pending ones sorted
+// by priority then creation, and the count of bound, non-terminal ones.
+func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) {
+	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
+		switch {
+		case t.Phase.Terminal():
+			done++
+		case t.NodeName != "":
+			bound++
+		case t.SchedulerName == s.cfg.SchedulerName:
+			pending = append(pending, t)
+		}
+	}
+	sort.SliceStable(pending, func(a, b int) bool {
+		if pending[a].Priority != pending[b].Priority {
+			return pending[a].Priority > pending[b].Priority
+		}
+		if !pending[a].Created.Equal(pending[b].Created) {
+			return pending[a].Created.Before(pending[b].Created)
+		}
+		return pending[a].Name < pending[b].Name
+	})
+	return pending, bound, done
+}
+
+// admit asks the coordinator for every job of an owned queue that has no
+// reservation yet, queues in fair-share order, jobs by priority then age.
+func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
+	queues := make([]string, 0, len(byQueue))
+	for q := range byQueue {
+		queues = append(queues, q)
+	}
+	shares := s.queueShares(byQueue)
+	sort.Slice(queues, func(a, b int) bool {
+		if shares[queues[a]] != shares[queues[b]] {
+			return shares[queues[a]] < shares[queues[b]]
+		}
+		return queues[a] < queues[b]
+	})
+	for _, q := range queues {
+		js := byQueue[q]
+		sort.SliceStable(js, func(a, b int) bool {
+			if js[a].Priority != js[b].Priority {
+				return js[a].Priority > js[b].Priority
+			}
+			return js[a].Created.Before(js[b].Created)
+		})
+		for _, j := range js {
+			s.mu.Lock()
+			_, done := s.admitted[j.UID]
+			s.mu.Unlock()
+			if done || j.Phase == api.JobCompleted {
+				continue
+			}
+			pending, bound, _ := s.jobTasks(j)
+			amount, ok := s.gangAmount(j, pending, bound)
+			if !ok {
+				continue // not all gang members exist yet
+			}
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+			_, err := s.deps.Quota.Reserve(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, amount)
+			cancel()
+			var qe *coordinator.QuotaError
+			switch {
+			case err == nil:
+				s.log.Info("admitted", "job", j.Key(), "queue", j.Queue, "amount", amount.String())
+				s.mu.Lock()
+				s.admitted[j.UID] = admission{job: *j, queue: j.Queue}
+				s.mu.Unlock()
+				if j.Phase == api.JobPending || j.Phase == "" {
+					s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(bound)})
+				}
+			case errors.As(err, &qe):
+				msg := fmt.Sprintf("waiting for quota: %v", qe)
+				s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+					Type: "Unschedulable", Status: "True", Reason: "QueueQuotaExceeded", Message: msg}}})
+				if s.rateLimited(j.UID) {
+					s.deps.Recorder.Unschedulable(j, msg)
+				}
+			default:
+				if errors.Is(err, coordinator.ErrInvalid) {
+					msg := fmt.Sprintf("cannot be admitted: %v", err)
+					s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+						Type: "Unschedulable", Status: "True", Reason: "InvalidQueue", Message: msg}}})
+					if s.rateLimited(j.UID) {
+						s.deps.Recorder.Unschedulable(j, msg)
+					}
+				} else {
+					s.log.Warn("reserve failed", "job", j.Key(), "err", err)
+				}
+			}
+		}
+	}
+}
+
+// gangAmount is what a job reserves: minResources, or the sum of its first
+// minMember tasks (bound ones included). ok is false while fewer than
+// minMember tasks exist.
+func (s *Scheduler) gangAmount(j *api.Job, pending []*api.Task, bound int) (api.Resource, bool) {
+	min := int(j.MinMember)
+	if min < 1 {
+		min = 1
+	}
+	if len(pending)+bound < min {
+		return api.Resource{}, false
+	}
+	if j.MinResources != nil && !j.MinResources.IsZero() {
+		return j.MinResources.Clone(), true
+	}
+	sum := api.Resource{}
+	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
+		if t.NodeName != "" && !t.Phase.Terminal() {
+			sum, _ = sum.Add(t.Request.With(api.Pods, 0))
+		}
+	}
+	for i := 0; i < len(pending) && i < min-bound; i++ {
+		sum, _ = sum.Add(pending[i].Request.With(api.Pods, 0))
+	}
+	if sum.IsZero() {
+		sum = sum.With(api.Pods, int64(min))
+	}
+	return sum, true
+}
+
+// queueShares is each owned queue's dominant share of what its bound tasks
+// use against its deserved resources (or, unset, the cluster), divided by
+// its weight: lower goes first.
+func (s *Scheduler) queueShares(byQueue map[string][]*api.Job) map[string]float64 {
+	total := api.Resource{}
+	for _, n := range s.snap.Nodes() {
+		total, _ = total.Add(n.Node.Allocatable)
+	}
+	out := map[string]float64{}
+	for q, js := range byQueue {
+		used := api.Resource{}
+		for _, j := range js {
+			for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
+				if t.NodeName != "" && !t.Phase.Terminal() {
+					used, _ = used.Add(t.Request)
+				}
+			}
+		}
+		share := 0.0
+		for _, d := range []string{api.CPU, api.Memory} {
+			if tot := total.Get(d); tot > 0 {
+				share = max(share, float64(used.Get(d))/float64(tot))
+			}
+		}
+		out[q] = share
+	}
+	return out
+}
+
+// placeAdmitted places the pending tasks of admitted jobs on this shard's
+// nodes: a gang not yet running needs minMember tasks placed at once.
+func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
+	nodes := s.snap.Nodes()
+	if len(nodes) == 0 {
+		return
+	}
+	now := time.Now()
+	for _, j := range jobs {
+		s.mu.Lock()
+		_, ok := s.admitted[j.UID]
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		pending, bound, _ := s.jobTasks(j)
+		var ready []*api.Task
+		s.mu.Lock()
+		for _, t := range pending {
+			if _, busy := s.inflight[t.UID]; busy {
+				bound++
+				continue
+			}
+			if until, ok := s.backoff[t.UID]; ok && now.Before(until) {
+				continue
+			}
+			ready = append(ready, t)
+		}
+		s.mu.Unlock()
+		if len(ready) == 0 {
+			s.maybeConfirm(ctx, j, bound)
+			continue
+		}
+		need := int(j.MinMember) - bound
+		if need < 1 {
+			need = 1
+		}
+		if need > len(ready) {
+			continue // part of the gang is in backoff: wait for it
+		}
+		res := placement.PlaceGang(s.place, ready, nodes, need, s.rng)
+		s.log.Debug("placement", "job", j.Key(), "need", need, "ready", len(ready), "ok", res.OK, "placed", res.Placed, "reasons", fmt.Sprint(res.Reasons))
+		if !res.OK {
+			msg := placement.Summarize(res.Reasons, len(nodes))
+			if need > 1 {
+				msg = fmt.Sprintf("gang of %d (minMember %d) does not fit: %s", need, j.MinMember, msg)
+			}
+			for _, t := range ready {
+				if s.rateLimited(t.UID) {
+					s.deps.Recorder.FailedScheduling(t, msg)
+				}
+			}
+			continue
+		}
+		for _, t := range ready {
+			node, ok := res.Assignments[t.UID]
+			if !ok {
+				continue
+			}
+			if err := s.deps.Cache.Assume(t.UID, node); err != nil {
+				s.log.Warn("assume failed", "task", t.Key(), "node", node, "err", err)
+				continue
+			}
+			s.mu.Lock()
+			s.inflight[t.UID] = node
+			s.mu.Unlock()
+			select {
+			case s.binds <- bindReq{task: *t, node: node, job: *j}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// bindWorker binds one pod at a time, only while the node's partition is
+// held; a failed bind forgets the assumption and backs the task off.
+func (s *Scheduler) bindWorker(ctx context.Context) {
+	for {
+		var r bindReq
+		select {
+		case <-ctx.Done():
+			return
+		case r = <-s.binds:
+		}
+		key := shard.PartitionKey(shard.Partition(r.node, s.cfg.Partitions))
+		var err error
+		if s.deps.Ownership.Use(key) {
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+			err = s.deps.Binder.Bind(cctx, &r.task, r.node)
+			cancel()
+			s.deps.Ownership.Done(key)
+		} else {
+			err = fmt.Errorf("partition %s of node %s is no longer held by this shard", key, r.node)
+		}
+		s.mu.Lock()
+		delete(s.inflight, r.task.UID)
+		if err != nil {
+			s.backoff[r.task.UID] = time.Now().Add(s.cfg.BindBackoff)
+		} else {
+			delete(s.backoff, r.task.UID)
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.deps.Cache.Forget(r.task.UID)
+			s.log.Warn("bind failed", "task", r.task.Key(), "node", r.node, "err", err)
+			continue
+		}
+		s.deps.Recorder.Scheduled(&r.task, r.node)
+	}
+}
+
+// maybeConfirm confirms a job's reservation once its gang is bound.
+func (s *Scheduler) maybeConfirm(ctx context.Context, j *api.Job, bound int) {
+	if bound < int(max(j.MinMember, 1)) {
+		return
+	}
+	s.mu.Lock()
+	done := s.confirmed[j.UID]
+	s.mu.Unlock()
+	if done {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	_, err := s.deps.Quota.Confirm(cctx, j.UID)
+	cancel()
+	if err != nil {
+		s.log.Warn("confirm failed", "job", j.Key(), "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.confirmed[j.UID] = true
+	s.mu.Unlock()
+	s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobRunning, Running: int32(bound)})
+}
+
+// releaseGone releases reservations of jobs that no longer exist (matched
+// by UID) or whose tasks have all finished.
+func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
+	s.mu.Lock()
+	var gone []string
+	for uid := range s.admitted {
+		if !live[uid] {
+			gone = append(gone, uid)
+		}
+	}
+	s.mu.Unlock()
+	for _, j := range s.snap.Jobs() {
+		s.mu.Lock()
+		_, adm := s.admitted[j.UID]
+		s.mu.Unlock()
+		if !adm {
+			continue
+		}
+		pending, bound, done := s.jobTasks(j)
+		if len(pending) == 0 && bound == 0 && done >= int(max(j.MinMember, 1)) {
+			gone = append(gone, j.UID)
+			s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobCompleted, Succeeded: int32(done)})
+		}
+	}
+	for _, uid := range gone {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		_, err := s.deps.Quota.Release(cctx, uid)
+		cancel()
+		if err != nil {
+			s.log.Warn("release failed", "job uid", uid, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		delete(s.admitted, uid)
+		delete(s.confirmed, uid)
+		s.mu.Unlock()
+	}
+}
+
+// writeStatus hands each owned queue's status to the batcher.
+func (s *Scheduler) writeStatus(byQueue map[string][]*api.Job) {
+	for q, js := range byQueue {
+		st := api.QueueStatus{}
+		for _, j := range js {
+			pending, bound, _ := s.jobTasks(j)
+			for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
+				if t.NodeName != "" && !t.Phase.Terminal() {
+					st.Allocated, _ = st.Allocated.Add(t.Request.With(api.Pods, 0))
+				}
+			}
+			s.mu.Lock()
+			_, adm := s.admitted[j.UID]
+			s.mu.Unlock()
+			switch {
+			case bound >= int(max(j.MinMember, 1)):
+				st.Running++
+			case adm:
+				st.Inqueue++
+			case len(pending) > 0 || j.Phase == api.JobPending:
+				st.Pending++
+			}
+		}
+		s.deps.Status.SetQueue(q, st)
+	}
+}
+
+// rateLimited reports whether an event for uid may be sent now (one per 5 s).
+func (s *Scheduler) rateLimited(uid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.lastEvent[uid]; ok && time.Since(t) < 5*time.Second {
+		return false
+	}
+	s.lastEvent[uid] = time.Now()
+	return true
+}

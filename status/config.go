@@ -1,0 +1,61 @@
+package status
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config configures a Batcher. Start from DefaultConfig.
+type Config struct {
+	// Interval is the period of regular flushes; a failed write is retried
+	// no sooner than the next one. Default 1s.
+	Interval time.Duration
+	// MaxPending flushes early when this many objects have a new value
+	// waiting (values of failed writes waiting for their retry do not
+	// count). Default 1000.
+	MaxPending int
+	// WriteTimeout bounds each write, and the final flush when Run stops.
+	// Default 10s.
+	WriteTimeout time.Duration
+	// Concurrency is the number of writes in flight at once during a flush.
+	// Default 8.
+	Concurrency int
+}
+
+// Defaults of DefaultConfig.
+const (
+	DefaultInterval     = time.Second
+	DefaultMaxPending   = 1000
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultConcurrency  = 8
+)
+
+// maxConcurrency bounds Concurrency: more parallel writes than this from one
+// shard would only queue up in the client's rate limiter.
+const maxConcurrency = 1024
+
+// DefaultConfig returns production defaults: flush every second or at 1,000
+// pending objects, 8 writes in parallel, 10 s per write.
+func DefaultConfig() Config {
+	return Config{
+		Interval:     DefaultInterval,
+		MaxPending:   DefaultMaxPending,
+		WriteTimeout: DefaultWriteTimeout,
+		Concurrency:  DefaultConcurrency,
+	}
+}
+
+// Validate reports the first bad field, naming it.
+func (c Config) Validate() error {
+	switch {
+	case c.Interval <= 0:
+		return fmt.Errorf("status Interval %v: must be positive", c.Interval)
+	case c.MaxPending < 1:
+		return fmt.Errorf("status MaxPending %d: must be at least 1", c.MaxPending)
+	case c.WriteTimeout <= 0:
+		return fmt.Errorf("status WriteTimeout %v: must be positive", c.WriteTimeout)
+	case c.Concurrency < 1 || c.Concurrency > maxConcurrency:
+		return fmt.Errorf("status Concurrency %d: must be between 1 and %d", c.Concurrency, maxConcurrency)
+	}
+	return nil
+}
