@@ -150,9 +150,9 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	}
 	return &Scheduler{
 		cfg: cfg, deps: deps, place: pc, log: cfg.Logger,
-		rng:   rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano()))),
-		snap:  &cache.Snapshot{},
-		binds: make(chan bindReq, 4096),
+		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano()))),
+		snap:     &cache.Snapshot{},
+		binds:    make(chan bindReq, 4096),
 		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{},
 	}, nil

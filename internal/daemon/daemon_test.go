@@ -124,7 +124,9 @@ func (ev *env) queue(name, parent string, capability corev1.ResourceList) {
 	if _, err := ev.vc.SchedulingV1beta1().Queues().Create(context.Background(), q, metav1.CreateOptions{}); err != nil {
 		ev.t.Fatal(err)
 	}
-	ev.t.Cleanup(func() { _ = ev.vc.SchedulingV1beta1().Queues().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	ev.t.Cleanup(func() {
+		_ = ev.vc.SchedulingV1beta1().Queues().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 func (ev *env) podGroup(name, queue string, minMember int32) {

@@ -49,4 +49,3 @@ func (r *Recorder) Unschedulable(j *api.Job, message string) {
 	ref := &corev1.ObjectReference{Kind: "PodGroup", APIVersion: "scheduling.volcano.sh/v1beta1", Namespace: j.Namespace, Name: j.Name, UID: types.UID(j.UID)}
 	r.rec.Event(ref, corev1.EventTypeWarning, "Unschedulable", message)
 }
-
