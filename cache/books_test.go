@@ -358,3 +358,29 @@ func TestNoPanicOnBadInput(t *testing.T) {
 	c.SetOwns(nil)
 	mustVerify(t, c)
 }
+
+func TestJobSummaryCountsEveryJob(t *testing.T) {
+	c := New(Options{})
+	c.AddOrUpdateNode(api.Node{Name: "n1", UID: "n1", Allocatable: api.NewResource(8000, 8<<30, map[string]int64{api.Pods: 10})})
+	mk := func(uid string, node string, phase api.TaskPhase) api.Task {
+		return api.Task{Namespace: "ns", Name: uid, UID: uid, Job: "j", NodeName: node, Phase: phase,
+			Request: api.NewResource(1000, 1<<30, map[string]int64{api.Pods: 1})}
+	}
+	c.AddOrUpdateTask(mk("a", "n1", api.TaskRunning))
+	c.AddOrUpdateTask(mk("b", "n1", api.TaskBound))
+	c.AddOrUpdateTask(mk("c", "", api.TaskPending))
+	c.AddOrUpdateTask(mk("d", "n1", api.TaskSucceeded))
+	s := c.JobSummary("ns", "j")
+	if s.Pending != 1 || s.Bound != 2 || s.Done != 1 || s.Allocated.MilliCPU != 2000 || s.Allocated.Get(api.Pods) != 0 {
+		t.Fatalf("summary %+v", s)
+	}
+	if err := c.Assume("c", "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.JobSummary("ns", "j"); s.Pending != 0 || s.Bound != 3 {
+		t.Fatalf("after assume: %+v", s)
+	}
+	if s := c.JobSummary("ns", "nope"); s.Pending+s.Bound+s.Done != 0 {
+		t.Fatalf("unknown job: %+v", s)
+	}
+}

@@ -177,18 +177,23 @@ func newPlanner(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) *planner {
 		p.scorers = append(p.scorers, s)
 		p.weights = append(p.weights, w)
 	}
-	p.slots = make([]slot, 0, len(nodes))
-	for _, b := range nodes {
+	// Shuffle indices, not slots: swapping integers is much cheaper than
+	// swapping structs that hold pointers.
+	order := make([]int, 0, len(nodes))
+	for i, b := range nodes {
 		if b != nil {
-			p.slots = append(p.slots, slot{view: NodeView{Books: b}})
+			order = append(order, i)
 		}
 	}
 	if rng != nil {
-		rng.Shuffle(len(p.slots), func(i, j int) { p.slots[i], p.slots[j] = p.slots[j], p.slots[i] })
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	}
-	if p.lazy { // slots no longer move: point each view at its own tally
-		for i := range p.slots {
-			p.slots[i].view.tally = &p.slots[i].tally
+	p.slots = make([]slot, len(order))
+	for i, k := range order {
+		s := &p.slots[i]
+		s.view.Books = nodes[k]
+		if p.lazy {
+			s.view.tally = &s.tally
 		}
 	}
 	return p

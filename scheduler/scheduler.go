@@ -201,19 +201,17 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	s.writeStatus(byQueue)
 }
 
-// jobTasks returns the job's tasks for this scheduler: pending ones sorted
-// by priority then creation, and the count of bound, non-terminal ones.
+// jobTasks returns the job's pending tasks for this scheduler (from the
+// cycle's snapshot), sorted by priority then creation, and the counts of
+// bound (including assumed) and finished tasks (from the cache, which
+// covers jobs without pending tasks too).
 func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) {
 	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
-		switch {
-		case t.Phase.Terminal():
-			done++
-		case t.NodeName != "":
-			bound++
-		case t.SchedulerName == s.cfg.SchedulerName:
+		if !t.Phase.Terminal() && t.NodeName == "" && t.SchedulerName == s.cfg.SchedulerName {
 			pending = append(pending, t)
 		}
 	}
+	sum := s.deps.Cache.JobSummary(j.Namespace, j.Name)
 	sort.SliceStable(pending, func(a, b int) bool {
 		if pending[a].Priority != pending[b].Priority {
 			return pending[a].Priority > pending[b].Priority
@@ -223,7 +221,7 @@ func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) 
 		}
 		return pending[a].Name < pending[b].Name
 	})
-	return pending, bound, done
+	return pending, sum.Bound, sum.Done
 }
 
 // admit asks the coordinator for every job of an owned queue that has no
@@ -310,12 +308,7 @@ func (s *Scheduler) gangAmount(j *api.Job, pending []*api.Task, bound int) (api.
 	if j.MinResources != nil && !j.MinResources.IsZero() {
 		return j.MinResources.Clone(), true
 	}
-	sum := api.Resource{}
-	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
-		if t.NodeName != "" && !t.Phase.Terminal() {
-			sum, _ = sum.Add(t.Request.With(api.Pods, 0))
-		}
-	}
+	sum := s.deps.Cache.JobSummary(j.Namespace, j.Name).Allocated
 	for i := 0; i < len(pending) && i < min-bound; i++ {
 		sum, _ = sum.Add(pending[i].Request.With(api.Pods, 0))
 	}
@@ -337,11 +330,7 @@ func (s *Scheduler) queueShares(byQueue map[string][]*api.Job) map[string]float6
 	for q, js := range byQueue {
 		used := api.Resource{}
 		for _, j := range js {
-			for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
-				if t.NodeName != "" && !t.Phase.Terminal() {
-					used, _ = used.Add(t.Request)
-				}
-			}
+			used, _ = used.Add(s.deps.Cache.JobSummary(j.Namespace, j.Name).Allocated)
 		}
 		share := 0.0
 		for _, d := range []string{api.CPU, api.Memory} {
@@ -374,8 +363,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		s.mu.Lock()
 		for _, t := range pending {
 			if _, busy := s.inflight[t.UID]; busy {
-				bound++
-				continue
+				continue // assumed: already counted as bound
 			}
 			if until, ok := s.backoff[t.UID]; ok && now.Before(until) {
 				continue
@@ -535,11 +523,7 @@ func (s *Scheduler) writeStatus(byQueue map[string][]*api.Job) {
 		st := api.QueueStatus{}
 		for _, j := range js {
 			pending, bound, _ := s.jobTasks(j)
-			for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
-				if t.NodeName != "" && !t.Phase.Terminal() {
-					st.Allocated, _ = st.Allocated.Add(t.Request.With(api.Pods, 0))
-				}
-			}
+			st.Allocated, _ = st.Allocated.Add(s.deps.Cache.JobSummary(j.Namespace, j.Name).Allocated)
 			s.mu.Lock()
 			_, adm := s.admitted[j.UID]
 			s.mu.Unlock()

@@ -232,6 +232,28 @@ func TestGangAllOrNothing(t *testing.T) {
 	}
 	ev.nodes("gang-b", 4, "8", "32Gi")
 	ev.eventually("all 8 gang pods are bound", 30*time.Second, func() bool { return ev.boundCount("gang", 8) == 8 })
+	// Once the gang is bound its reservation is confirmed (durable without
+	// the shard's session).
+	pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(context.Background(), "gang", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.eventually("the gang's reservation is confirmed", 10*time.Second, func() bool {
+		res, err := ev.d.Quota.List(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, r := range res.Reservations {
+			if r.Job.UID == string(pg.UID) {
+				return r.State == coordinator.Confirmed && r.Amount.MilliCPU == 8*6000
+			}
+		}
+		return false
+	})
+	ev.eventually("the PodGroup is Running", 10*time.Second, func() bool {
+		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(context.Background(), "gang", metav1.GetOptions{})
+		return err == nil && pg.Status.Phase == schedv1beta1.PodGroupRunning
+	})
 }
 
 // A pod with an unsatisfiable nodeSelector gets a FailedScheduling event
