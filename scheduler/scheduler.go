@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
@@ -117,6 +118,8 @@ type Scheduler struct {
 
 	binds chan bindReq
 
+	stats struct{ cycles, binds, bindFailures, admitted, quotaWaits atomic.Int64 }
+
 	mu        sync.Mutex           // guards the fields below
 	admitted  map[string]admission // job UID → its reservation
 	backoff   map[string]time.Time // task UID → not before
@@ -181,8 +184,18 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
+// Stats are cumulative counters.
+type Stats struct{ Cycles, Binds, BindFailures, Admitted, QuotaWaits int64 }
+
+// Stats returns the counters since start.
+func (s *Scheduler) Stats() Stats {
+	return Stats{Cycles: s.stats.cycles.Load(), Binds: s.stats.binds.Load(), BindFailures: s.stats.bindFailures.Load(),
+		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load()}
+}
+
 // Cycle runs one scheduling cycle: snapshot, admission, placement, status.
 func (s *Scheduler) Cycle(ctx context.Context) {
+	s.stats.cycles.Add(1)
 	s.deps.Cache.UpdateSnapshot(s.snap)
 	jobs := s.snap.Jobs()
 	s.log.Debug("cycle", "jobs", len(jobs), "nodes", len(s.snap.Nodes()), "pending", len(s.snap.PendingTasks()))
@@ -264,7 +277,8 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			var qe *coordinator.QuotaError
 			switch {
 			case err == nil:
-				s.log.Info("admitted", "job", j.Key(), "queue", j.Queue, "amount", amount.String())
+				s.stats.admitted.Add(1)
+				s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", amount.String())
 				s.mu.Lock()
 				s.admitted[j.UID] = admission{job: *j, queue: j.Queue}
 				s.mu.Unlock()
@@ -272,6 +286,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 					s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(bound)})
 				}
 			case errors.As(err, &qe):
+				s.stats.quotaWaits.Add(1)
 				msg := fmt.Sprintf("waiting for quota: %v", qe)
 				s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
 					Type: "Unschedulable", Status: "True", Reason: "QueueQuotaExceeded", Message: msg}}})
@@ -446,10 +461,12 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		if err != nil {
+			s.stats.bindFailures.Add(1)
 			s.deps.Cache.Forget(r.task.UID)
 			s.log.Warn("bind failed", "task", r.task.Key(), "node", r.node, "err", err)
 			continue
 		}
+		s.stats.binds.Add(1)
 		s.deps.Recorder.Scheduled(&r.task, r.node)
 	}
 }

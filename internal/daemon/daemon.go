@@ -6,12 +6,16 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
@@ -32,11 +36,14 @@ type Options struct {
 	Name          string
 	REST          *rest.Config
 	EtcdEndpoints []string
-	Shard         shard.Config // Name, EtcdPrefix and Partitions are filled from here if empty
-	Coordinator   coordinator.Config
-	Scheduler     scheduler.Config
-	Status        status.Config
-	Logger        *slog.Logger
+	EtcdTLS       *tls.Config // nil: plain
+	// HTTPAddr serves /metrics, /healthz and /readyz; empty disables it.
+	HTTPAddr    string
+	Shard       shard.Config // Name, EtcdPrefix and Partitions are filled from here if empty
+	Coordinator coordinator.Config
+	Scheduler   scheduler.Config
+	Status      status.Config
+	Logger      *slog.Logger
 }
 
 // Daemon is a running shard process.
@@ -48,6 +55,9 @@ type Daemon struct {
 	Status *status.Batcher
 	Quota  *coordinator.Client
 	Source *kube.Source
+
+	sched    *scheduler.Scheduler
+	registry *prometheus.Registry
 }
 
 // Run starts every part and blocks until ctx ends, then stops them in
@@ -57,7 +67,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := opts.Logger.With("shard", opts.Name)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: opts.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: opts.EtcdEndpoints, DialTimeout: 5 * time.Second, TLS: opts.EtcdTLS, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
@@ -201,8 +211,21 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 			}
 		}
 	})
+	d := &Daemon{opts: opts, Shard: sh, Coord: coord, Cache: c, Status: batcher, Quota: quota, Source: src, sched: sched}
+	d.registry = d.registerMetrics()
+	if opts.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", opts.HTTPAddr)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("--http-addr %s: %w", opts.HTTPAddr, err)
+		}
+		hs := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		defer hs.Close()
+	}
 	if ready != nil {
-		ready(&Daemon{opts: opts, Shard: sh, Coord: coord, Cache: c, Status: batcher, Quota: quota, Source: src})
+		ready(d)
 	}
 	<-ctx.Done()
 	cancel()

@@ -1,0 +1,213 @@
+// Command shardsched is one scheduler shard: it joins the other shards by
+// gossip, campaigns for the coordinator, owns its share of node partitions
+// and queues, and schedules pods whose schedulerName it serves. Run one per
+// pod of a StatefulSet (see deploy/).
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/internal/daemon"
+	"github.com/shardsched/shardsched/scheduler"
+	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/status"
+)
+
+type options struct {
+	kubeconfig, shardName, join                   string
+	gossipBind, gossipAdvertise, gossipKeyFile    string
+	gossipPort                                    int
+	gossipProfile                                 string
+	etcdEndpoints, etcdCA, etcdCert, etcdKey      string
+	schedulerName, strategy                       string
+	partitions, sessionTTL                        int
+	statusFlush                                   time.Duration
+	httpAddr, coordAddr, coordAdvertise, logLevel string
+	shutdownTimeout                               time.Duration
+}
+
+func parse(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("shardsched", flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster config)")
+	fs.StringVar(&o.shardName, "shard-name", os.Getenv("POD_NAME"), "unique shard name (default $POD_NAME)")
+	fs.StringVar(&o.join, "join", "", "comma-separated gossip seeds host:port")
+	fs.StringVar(&o.gossipBind, "gossip-bind-addr", "0.0.0.0", "gossip bind IP")
+	fs.IntVar(&o.gossipPort, "gossip-port", 7946, "gossip port")
+	fs.StringVar(&o.gossipAdvertise, "gossip-advertise-addr", os.Getenv("POD_IP"), "gossip advertise IP (default $POD_IP)")
+	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "gossip encryption key file (16/24/32 bytes, raw or base64)")
+	fs.StringVar(&o.gossipProfile, "gossip-profile", "lan", "memberlist timing profile: lan or local")
+	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd endpoints")
+	fs.StringVar(&o.etcdCA, "etcd-ca-file", "", "etcd CA bundle")
+	fs.StringVar(&o.etcdCert, "etcd-cert-file", "", "etcd client certificate")
+	fs.StringVar(&o.etcdKey, "etcd-key-file", "", "etcd client key")
+	fs.StringVar(&o.schedulerName, "scheduler-name", "volcano", "schedulerName of the pods this scheduler serves")
+	fs.StringVar(&o.strategy, "strategy", "binpack", "placement scoring: binpack or spread")
+	fs.IntVar(&o.partitions, "partitions", shard.DefaultPartitions, "node partitions (same on every shard)")
+	fs.IntVar(&o.sessionTTL, "session-ttl", 10, "etcd session TTL in seconds")
+	fs.DurationVar(&o.statusFlush, "status-flush-interval", time.Second, "Queue/PodGroup status flush interval")
+	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz, /readyz")
+	fs.StringVar(&o.coordAddr, "coordinator-addr", ":7070", "coordinator listen address")
+	fs.StringVar(&o.coordAdvertise, "coordinator-advertise-addr", "", "coordinator URL other shards use (default http://$POD_IP:port)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "bound on a graceful stop")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	return o, o.validate()
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.shardName == "":
+		return errors.New("--shard-name is empty and $POD_NAME is unset")
+	case o.etcdEndpoints == "":
+		return errors.New("--etcd-endpoints is required")
+	case o.partitions < 1 || o.partitions > 1<<20:
+		return fmt.Errorf("--partitions=%d: must be between 1 and %d", o.partitions, 1<<20)
+	case o.sessionTTL < 1 || o.sessionTTL > 3600:
+		return fmt.Errorf("--session-ttl=%d: must be between 1 and 3600", o.sessionTTL)
+	case o.statusFlush < 10*time.Millisecond || o.statusFlush > 10*time.Minute:
+		return fmt.Errorf("--status-flush-interval=%s: must be between 10ms and 10m", o.statusFlush)
+	case o.gossipPort < 0 || o.gossipPort > 65535:
+		return fmt.Errorf("--gossip-port=%d: must be 0..65535", o.gossipPort)
+	case (o.etcdCert == "") != (o.etcdKey == ""):
+		return errors.New("--etcd-cert-file and --etcd-key-file go together")
+	case o.shutdownTimeout <= 0:
+		return fmt.Errorf("--shutdown-timeout=%s: must be positive", o.shutdownTimeout)
+	}
+	if _, _, err := net.SplitHostPort(o.coordAddr); err != nil {
+		return fmt.Errorf("--coordinator-addr=%q: %v", o.coordAddr, err)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level=%q: %v", o.logLevel, err)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func etcdTLS(o options) (*tls.Config, error) {
+	if o.etcdCA == "" && o.etcdCert == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.etcdCA != "" {
+		pem, err := os.ReadFile(o.etcdCA)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-ca-file %s: no PEM certificates", o.etcdCA)
+		}
+		cfg.RootCAs = pool
+	}
+	if o.etcdCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.etcdCert, o.etcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert-file/--etcd-key-file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+func main() {
+	o, err := parse(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "shardsched:", err)
+		os.Exit(2)
+	}
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(o.logLevel))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if err := run(o, log); err != nil {
+		log.Error("shardsched stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options, log *slog.Logger) error {
+	var rc *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes config: %w", err)
+	}
+	rc.QPS, rc.Burst = 2000, 4000
+	tlsCfg, err := etcdTLS(o)
+	if err != nil {
+		return err
+	}
+	sc := shard.DefaultConfig()
+	sc.BindAddr, sc.BindPort, sc.AdvertiseAddr = o.gossipBind, o.gossipPort, o.gossipAdvertise
+	sc.Join, sc.GossipKeyFile, sc.Partitions, sc.SessionTTL, sc.GossipProfile = splitList(o.join), o.gossipKeyFile, o.partitions, o.sessionTTL, o.gossipProfile
+	cc := coordinator.DefaultConfig()
+	cc.ListenAddr, cc.SessionTTL = o.coordAddr, o.sessionTTL
+	cc.AdvertiseAddr = o.coordAdvertise
+	if cc.AdvertiseAddr == "" && os.Getenv("POD_IP") != "" {
+		_, port, _ := net.SplitHostPort(o.coordAddr)
+		cc.AdvertiseAddr = "http://" + net.JoinHostPort(os.Getenv("POD_IP"), port)
+	}
+	schedCfg := scheduler.DefaultConfig()
+	schedCfg.SchedulerName, schedCfg.Partitions, schedCfg.Strategy = o.schedulerName, o.partitions, o.strategy
+	stCfg := status.DefaultConfig()
+	stCfg.Interval = o.statusFlush
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{
+			Name: o.shardName, REST: rc, EtcdEndpoints: splitList(o.etcdEndpoints), EtcdTLS: tlsCfg, HTTPAddr: o.httpAddr,
+			Shard: sc, Coordinator: cc, Scheduler: schedCfg, Status: stCfg, Logger: log,
+		}, func(d *daemon.Daemon) {
+			log.Info("shard ready", "name", o.shardName, "gossip", d.Shard.GossipAddr(), "coordinator", d.Coord.Addr())
+		})
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("stopping: leaving the ring, releasing ownership, flushing status")
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(o.shutdownTimeout):
+		return fmt.Errorf("graceful stop took longer than %s", o.shutdownTimeout)
+	}
+}

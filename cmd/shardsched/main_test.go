@@ -1,0 +1,33 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFlagsValidateNamesTheFlag(t *testing.T) {
+	base := []string{"--shard-name=s0", "--etcd-endpoints=127.0.0.1:2379"}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--etcd-endpoints=x"}, "--shard-name"},
+		{[]string{"--shard-name=s0"}, "--etcd-endpoints"},
+		{append(base, "--partitions=0"), "--partitions"},
+		{append(base, "--session-ttl=-1"), "--session-ttl"},
+		{append(base, "--status-flush-interval=1ns"), "--status-flush-interval"},
+		{append(base, "--gossip-port=70000"), "--gossip-port"},
+		{append(base, "--etcd-cert-file=/x"), "--etcd-cert-file"},
+		{append(base, "--coordinator-addr=nonsense"), "--coordinator-addr"},
+		{append(base, "--log-level=loud"), "--log-level"},
+	}
+	for _, c := range cases {
+		_, err := parse(c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parse(%v) = %v, want an error naming %s", c.args, err, c.want)
+		}
+	}
+	if _, err := parse(base); err != nil {
+		t.Fatalf("valid flags refused: %v", err)
+	}
+}
