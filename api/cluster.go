@@ -74,8 +74,14 @@ func (p TaskPhase) Terminal() bool { return p == TaskSucceeded || p == TaskFaile
 // Task is one pod of a job.
 type Task struct {
 	Namespace, Name, UID string
-	// Job is the name of the task's PodGroup in the same namespace.
+	// Job is the name of the task's PodGroup in the same namespace: from
+	// the group annotation, or the implicit group of its workload.
 	Job string
+	// Implicit is set when the pod names no group: the scheduler creates
+	// (and later deletes) the implicit PodGroup Job in Queue.
+	Implicit bool
+	// Queue is the queue the pod asks for (annotation), for implicit groups.
+	Queue string
 	// Request is the sum of the containers' requests (init containers:
 	// the max rule), with "pods" = 1.
 	Request       Resource
@@ -115,6 +121,10 @@ type Job struct {
 	Priority     int32
 	Phase        JobPhase
 	Created      time.Time
+	// Implicit marks a PodGroup the scheduler created for a plain workload.
+	Implicit bool
+	// ResourceVersion is the PodGroup's, for delete preconditions (F4).
+	ResourceVersion string
 }
 
 // Key is the job's namespace/name.

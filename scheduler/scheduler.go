@@ -97,8 +97,17 @@ func (c Config) Validate() error {
 	return err
 }
 
-// Deps are the ports the scheduler runs on.
+// Groups creates and deletes implicit PodGroups (for pods that name no
+// group). Called from the scheduling loop; calls block for one API call.
+type Groups interface {
+	CreatePodGroup(ctx context.Context, namespace, name, queue string, minMember int32) error
+	DeletePodGroup(ctx context.Context, namespace, name, uid, resourceVersion string) error
+}
+
+// Deps are the ports the scheduler runs on. Groups may be nil (implicit
+// PodGroups are then not managed).
 type Deps struct {
+	Groups    Groups
 	Cache     *cache.Cache
 	Ownership Ownership
 	Quota     Quota
@@ -117,6 +126,8 @@ type Scheduler struct {
 	snap  *cache.Snapshot
 
 	binds chan bindReq
+
+	groupOps map[string]time.Time // loop only: implicit PodGroup creates/deletes in flight (by key or UID)
 
 	stats struct{ cycles, binds, bindFailures, admitted, quotaWaits atomic.Int64 }
 
@@ -156,6 +167,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano()))),
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
+		groupOps: map[string]time.Time{},
 		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{},
 	}, nil
@@ -209,6 +221,7 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 		byQueue[j.Queue] = append(byQueue[j.Queue], j)
 	}
 	s.releaseGone(ctx, live)
+	s.implicitGroups(ctx, jobs)
 	s.admit(ctx, byQueue)
 	s.placeAdmitted(ctx, jobs)
 	s.writeStatus(byQueue)
@@ -566,4 +579,74 @@ func (s *Scheduler) rateLimited(uid string) bool {
 	}
 	s.lastEvent[uid] = time.Now()
 	return true
+}
+
+// implicitGroups creates the implicit PodGroup of pending pods that name
+// none (one per workload, in the queue the pod asks for, by that queue's
+// owner) and deletes implicit PodGroups with no pod left, with UID and
+// resourceVersion preconditions (F4).
+func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
+	if s.deps.Groups == nil {
+		return
+	}
+	have := map[string]bool{}
+	for _, j := range jobs {
+		have[j.Namespace+"/"+j.Name] = true
+	}
+	now := time.Now()
+	for k, t := range s.groupOps {
+		if now.Sub(t) > 2*time.Second {
+			delete(s.groupOps, k)
+		}
+	}
+	created := map[string]bool{}
+	for _, t := range s.snap.PendingTasks() {
+		if !t.Implicit || t.SchedulerName != s.cfg.SchedulerName || t.NodeName != "" {
+			continue
+		}
+		key := t.Namespace + "/" + t.Job
+		if have[key] || created[key] {
+			continue
+		}
+		if _, recent := s.groupOps[key]; recent {
+			continue // created a moment ago; the informer has not shown it yet
+		}
+		q := t.Queue
+		if q == "" {
+			q = api.DefaultQueue
+		}
+		if !s.deps.Ownership.Holds(shard.QueueKey(q)) {
+			continue
+		}
+		created[key] = true
+		s.groupOps[key] = now
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		err := s.deps.Groups.CreatePodGroup(cctx, t.Namespace, t.Job, q, 1)
+		cancel()
+		if err != nil {
+			s.log.Warn("create implicit podgroup", "podgroup", key, "err", err)
+		}
+	}
+	for _, j := range jobs {
+		if !j.Implicit || !s.deps.Ownership.Holds(shard.QueueKey(j.Queue)) {
+			continue
+		}
+		sum := s.deps.Cache.JobSummary(j.Namespace, j.Name)
+		if sum.Pending+sum.Bound+sum.Done > 0 {
+			continue
+		}
+		if time.Since(j.Created) < 2*time.Second {
+			continue // give a new group's first pod time to show up
+		}
+		if _, recent := s.groupOps[j.UID]; recent {
+			continue
+		}
+		s.groupOps[j.UID] = now
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		err := s.deps.Groups.DeletePodGroup(cctx, j.Namespace, j.Name, j.UID, j.ResourceVersion)
+		cancel()
+		if err != nil {
+			s.log.Warn("delete implicit podgroup", "podgroup", j.Key(), "err", err)
+		}
+	}
 }

@@ -144,7 +144,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	schedCfg := opts.Scheduler
 	schedCfg.Logger = log
 	sched, err := scheduler.New(schedCfg, scheduler.Deps{
-		Cache: c, Ownership: sh, Quota: quota, Binder: kube.NewBinder(cs), Recorder: rec, Status: batcher,
+		Cache: c, Ownership: sh, Quota: quota, Binder: kube.NewBinder(cs), Recorder: rec, Status: batcher, Groups: kube.NewGroups(vc),
 	})
 	if err != nil {
 		return err

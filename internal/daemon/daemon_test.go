@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +30,7 @@ import (
 var cp testenv.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Kwok: true}, &cp))
+	os.Exit(testenv.Main(m, testenv.Options{Kwok: true, ControllerManager: true}, &cp))
 }
 
 const schedName = "shardsched"
@@ -279,4 +280,90 @@ func TestFailedSchedulingEvent(t *testing.T) {
 	if n := ev.nodeOf("lonely-0"); n != "" {
 		t.Fatalf("pod with an unsatisfiable selector bound to %s", n)
 	}
+}
+
+// F4: a Deployment-like workload (plain pods, no group annotation) scaled
+// 1 → 0 → 1 many times: every new pod is scheduled; none stays Pending
+// because its implicit PodGroup was deleted by a stale delete.
+func TestF4ScaleLoopImplicitPodGroups(t *testing.T) {
+	ev := newEnv(t)
+	ev.nodes("f4-node", 2, "8", "32Gi")
+	ctx := context.Background()
+	one := int32(1)
+	labels := map[string]string{"app": "f4"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "f4", Namespace: ev.ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{SchedulerName: schedName, TerminationGracePeriodSeconds: new(int64),
+					Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}},
+			},
+		},
+	}
+	if _, err := ev.cs.AppsV1().Deployments(ev.ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scale := func(n int32) {
+		t.Helper()
+		for {
+			d, err := ev.cs.AppsV1().Deployments(ev.ns).Get(ctx, "f4", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Spec.Replicas = &n
+			if _, err = ev.cs.AppsV1().Deployments(ev.ns).Update(ctx, d, metav1.UpdateOptions{}); err == nil {
+				return
+			}
+		}
+	}
+	pods := func() (total, bound int) {
+		list, err := ev.cs.CoreV1().Pods(ev.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=f4"})
+		if err != nil {
+			return -1, -1
+		}
+		for _, p := range list.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			total++
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return total, bound
+	}
+	const rounds = 50
+	deleted := 0
+	start := time.Now()
+	for i := 0; i < rounds; i++ {
+		ev.eventually(fmt.Sprintf("round %d: the new pod is bound", i), 30*time.Second, func() bool {
+			total, bound := pods()
+			return total == 1 && bound == 1
+		})
+		scale(0)
+		ev.eventually(fmt.Sprintf("round %d: scaled to 0", i), 30*time.Second, func() bool {
+			total, _ := pods()
+			return total == 0
+		})
+		if i%10 == 0 {
+			// Let the empty implicit PodGroup be deleted, so the next pod
+			// needs a new one (a different UID under the same name).
+			ev.eventually(fmt.Sprintf("round %d: the empty implicit PodGroup is deleted", i), 30*time.Second, func() bool {
+				list, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).List(ctx, metav1.ListOptions{})
+				return err == nil && len(list.Items) == 0
+			})
+			deleted++
+		}
+		scale(1)
+	}
+	ev.eventually("the last pod is bound", 30*time.Second, func() bool {
+		total, bound := pods()
+		return total == 1 && bound == 1
+	})
+	t.Logf("%d scale rounds 1→0→1 in %s (implicit PodGroup deleted and re-created %d times); every new pod bound",
+		rounds, time.Since(start).Round(time.Millisecond), deleted)
 }

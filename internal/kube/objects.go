@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -79,10 +80,14 @@ func TaskFromPod(p *corev1.Pod) (api.Task, error) {
 	t := api.Task{
 		Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
 		Job:           p.Annotations[GroupNameAnnotation],
+		Queue:         p.Annotations[QueueNameAnnotation],
 		Request:       req,
 		NodeName:      p.Spec.NodeName,
 		SchedulerName: p.Spec.SchedulerName,
 		Created:       p.CreationTimestamp.Time,
+	}
+	if t.Job == "" {
+		t.Job, t.Implicit = ImplicitGroupName(p), true
 	}
 	if p.Spec.Priority != nil {
 		t.Priority = *p.Spec.Priority
@@ -123,13 +128,33 @@ func TaskFromPod(p *corev1.Pod) (api.Task, error) {
 	return t, nil
 }
 
+// ImplicitGroupName names the implicit PodGroup of a pod that names none:
+// one per owning workload (the controller owner: ReplicaSet, StatefulSet,
+// Job, ...), else one per pod. The name is a valid object name.
+func ImplicitGroupName(p *corev1.Pod) string {
+	kind, name := "pod", p.Name
+	for _, ref := range p.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller {
+			kind, name = strings.ToLower(ref.Kind), ref.Name
+			break
+		}
+	}
+	out := "shardsched-" + kind + "-" + name
+	if len(out) > 253 {
+		out = out[:253]
+	}
+	return out
+}
+
 // JobFromPodGroup converts a PodGroup; an empty queue means the default queue.
 func JobFromPodGroup(pg *schedv1beta1.PodGroup) (api.Job, error) {
 	j := api.Job{
 		Namespace: pg.Namespace, Name: pg.Name, UID: string(pg.UID),
 		Queue: pg.Spec.Queue, MinMember: pg.Spec.MinMember,
-		Phase:   api.JobPhase(pg.Status.Phase),
-		Created: pg.CreationTimestamp.Time,
+		Phase:           api.JobPhase(pg.Status.Phase),
+		Created:         pg.CreationTimestamp.Time,
+		Implicit:        pg.Labels[ImplicitGroupLabel] == "true",
+		ResourceVersion: pg.ResourceVersion,
 	}
 	if j.Queue == "" {
 		j.Queue = api.DefaultQueue

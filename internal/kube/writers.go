@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/shardsched/shardsched/api"
@@ -131,4 +132,43 @@ func (w *StatusWriter) WritePodGroupStatus(ctx context.Context, namespace, name,
 	}
 	_, err = w.vc.SchedulingV1beta1().PodGroups(namespace).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: w.fieldManager})
 	return wrapConflict(err)
+}
+
+// Groups creates and deletes implicit PodGroups. Safe for concurrent use.
+type Groups struct {
+	vc volcano.Interface
+}
+
+// NewGroups returns a Groups using vc.
+func NewGroups(vc volcano.Interface) *Groups { return &Groups{vc: vc} }
+
+// CreatePodGroup creates an implicit PodGroup; one that already exists is
+// not an error.
+func (g *Groups) CreatePodGroup(ctx context.Context, namespace, name, queue string, minMember int32) error {
+	pg := &schedv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{ImplicitGroupLabel: "true"}},
+		Spec:       schedv1beta1.PodGroupSpec{MinMember: minMember, Queue: queue},
+	}
+	_, err := g.vc.SchedulingV1beta1().PodGroups(namespace).Create(ctx, pg, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// DeletePodGroup deletes a PodGroup only if it is still the object with this
+// UID and resourceVersion (F4: a delayed delete never removes a re-created
+// PodGroup of the same name). A precondition failure or a missing object is
+// not an error.
+func (g *Groups) DeletePodGroup(ctx context.Context, namespace, name, uid, resourceVersion string) error {
+	u := types.UID(uid)
+	pre := metav1.Preconditions{UID: &u}
+	if resourceVersion != "" {
+		pre.ResourceVersion = &resourceVersion
+	}
+	err := g.vc.SchedulingV1beta1().PodGroups(namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &pre})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
