@@ -162,7 +162,14 @@ func CreateFakeNodes(ctx context.Context, cs kubernetes.Interface, prefix string
 			return err
 		}
 		ready := 0
+		mine := make(map[string]bool, n)
+		for i := 0; i < n; i++ {
+			mine[fmt.Sprintf("%s-%d", prefix, i)] = true
+		}
 		for _, node := range list.Items {
+			if !mine[node.Name] {
+				continue
+			}
 			for _, c := range node.Status.Conditions {
 				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 					ready++
