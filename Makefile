@@ -10,9 +10,10 @@ TEST_TIMEOUT ?= 30m
 
 .PHONY: run test vet controlplane generate verify-generated bench-coordinator clean
 
-## run: build, bring up the local cluster (embedded etcd, kube-apiserver, controller-manager, kwok nodes); Ctrl-C stops it
+## run: build, bring up the local cluster (etcd, kube-apiserver, controller-manager, kwok nodes, 3 shard processes, demo queues and jobs); Ctrl-C stops it
 run: controlplane
 	$(GO) build -o $(BIN)/shardsched-local ./cmd/shardsched-local
+	$(GO) build -o $(BIN)/shardsched ./cmd/shardsched
 	exec $(BIN)/shardsched-local $(RUN_ARGS)
 
 ## test: go vet + every test with the race detector, against the real control plane

@@ -12,6 +12,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -38,6 +43,8 @@ type ClientConfig struct {
 	Batch              bool
 	MaxBatch           int
 	MaxInflightBatches int
+	// Tracer provides the shard-side spans; nil means no tracing.
+	Tracer trace.TracerProvider
 }
 
 // DefaultClientConfig returns 8 attempts with 25 ms to 1 s backoff, enough to
@@ -96,6 +103,9 @@ func NewClient(cli *clientv3.Client, cfg ClientConfig) (*Client, error) {
 	if cfg.Batch && (cfg.MaxBatch < 1 || cfg.MaxBatch > maxBatch || cfg.MaxInflightBatches < 1) {
 		return nil, fmt.Errorf("coordinator client: batch size %d (1..%d) or in-flight batches %d (≥1) out of range", cfg.MaxBatch, maxBatch, cfg.MaxInflightBatches)
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider()
+	}
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
 	c := &Client{cfg: cfg, cli: cli, hc: &http.Client{Transport: tr}, closed: make(chan struct{})}
 	if cfg.Batch {
@@ -132,8 +142,16 @@ type Result struct {
 // for lack of quota is a *QuotaError (errors.As); bad input wraps ErrInvalid.
 // Result.Seq is set for refusals too.
 func (c *Client) Reserve(ctx context.Context, job JobRef, queue string, amount api.Resource) (Result, error) {
+	ctx, span := c.cfg.Tracer.Tracer("shardsched/coordinator").Start(ctx, "coordinator.reserve",
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("job", job.Namespace+"/"+job.Name), attribute.String("queue", queue), attribute.String("shard", c.cfg.Shard)))
+	defer span.End()
 	req := ReserveRequest{Job: job, Queue: queue, Amount: amount, Lease: int64(c.cfg.Lease), Shard: c.cfg.Shard}
-	return c.batched(ctx, batchItem{Op: "reserve", Reserve: &req}, "/v1/reserve", req)
+	res, err := c.batched(ctx, batchItem{Op: "reserve", Reserve: &req}, "/v1/reserve", req)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return res, err
 }
 
 // Confirm makes a job's reservation durable once its gang is bound.
@@ -205,6 +223,7 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte) (
 		return Result{}, false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return Result{}, ctx.Err() == nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -263,6 +282,11 @@ func (c *Client) forgetLeader(addr string) {
 func (c *Client) batched(ctx context.Context, item batchItem, path string, body any) (Result, error) {
 	if c.queue == nil {
 		return c.do(ctx, http.MethodPost, path, body)
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	if len(carrier) > 0 {
+		item.Trace = carrier
 	}
 	q := &queued{ctx: ctx, item: item, path: path, body: body, done: make(chan batchResult, 1)}
 	select {

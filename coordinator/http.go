@@ -6,6 +6,11 @@ import (
 	"errors"
 	"net/http"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shardsched/shardsched/api"
 )
 
@@ -30,6 +35,8 @@ type batchItem struct {
 	Op      string          `json:"op"` // "reserve", "confirm", "release"
 	Reserve *ReserveRequest `json:"reserve,omitempty"`
 	UID     string          `json:"uid,omitempty"`
+	// Trace carries the caller's W3C trace context (traceparent).
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 type batchReply struct {
@@ -122,7 +129,10 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/reserve", func(w http.ResponseWriter, r *http.Request) {
 		var req ReserveRequest
 		if decode(w, r, &req) {
-			s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opReserve, reserve: req}))
+			ctx, span := s.span(propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), opReserve, req.Job.UID, req.Queue)
+			res := s.submit(ctx, &call{kind: opReserve, reserve: req})
+			endSpan(span, res.err)
+			s.writeReply(w, r.Context(), res)
 		}
 	})
 	mux.HandleFunc("POST /v1/confirm", func(w http.ResponseWriter, r *http.Request) {
@@ -166,7 +176,18 @@ func (s *Server) handler() http.Handler {
 				return
 			}
 		}
+		spans := make([]trace.Span, len(items))
+		for i, it := range items {
+			q, uid := "", it.UID
+			if it.Reserve != nil {
+				q, uid = it.Reserve.Queue, it.Reserve.Job.UID
+			}
+			_, spans[i] = s.span(propagation.TraceContext{}.Extract(r.Context(), propagation.MapCarrier(it.Trace)), calls[i].kind, uid, q)
+		}
 		results := s.submitMany(r.Context(), calls)
+		for i, res := range results {
+			endSpan(spans[i], res.err)
+		}
 		out := batchReply{Replies: make([]reply, len(results))}
 		for i, res := range results {
 			out.Replies[i] = reply{result: res}
@@ -181,6 +202,23 @@ func (s *Server) handler() http.Handler {
 		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opList}))
 	})
 	return mux
+}
+
+var opNames = map[opKind]string{opReserve: "reserve", opConfirm: "confirm", opRelease: "release", opSetTree: "set-queues", opList: "list"}
+
+// span starts the leader-side span of one request, as a child of the
+// caller's span when the request carried trace context.
+func (s *Server) span(ctx context.Context, kind opKind, uid, queue string) (context.Context, trace.Span) {
+	return s.cfg.Tracer.Tracer("shardsched/coordinator").Start(ctx, "coordinator."+opNames[kind]+".leader",
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("job.uid", uid), attribute.String("queue", queue), attribute.String("coordinator", s.cfg.Name)))
+}
+
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 func (s *Server) writeReply(w http.ResponseWriter, ctx context.Context, res result) {

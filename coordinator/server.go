@@ -17,6 +17,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -52,6 +54,9 @@ type Config struct {
 	// CommitTimeout bounds one group commit.
 	CommitTimeout time.Duration
 	Logger        *slog.Logger
+	// Tracer provides the leader-side spans, joined to the shards' spans by
+	// W3C trace context; nil means no tracing.
+	Tracer trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults: prefix /shardsched/coordinator, a 10 s
@@ -197,6 +202,9 @@ func NewServer(cli *clientv3.Client, cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider()
 	}
 	s := &Server{cfg: cfg, cli: cli, log: cfg.Logger.With("component", "coordinator", "name", cfg.Name), ln: ln}
 	s.hs = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second}

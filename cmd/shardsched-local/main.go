@@ -1,8 +1,10 @@
 // Command shardsched-local brings up a local cluster for development and
-// demos: an embedded etcd for the coordinator, and a real control plane
-// (etcd 3.6, kube-apiserver, kube-controller-manager with the workload
-// controllers, kwok) with the Volcano-compatible CRDs and fake nodes. It
-// prints the kubeconfig and runs until interrupted; Ctrl-C stops every
+// demos: an embedded etcd for the coordinator and the shards, a real control
+// plane (etcd 3.6, kube-apiserver, kube-controller-manager with the workload
+// controllers, kwok) with the Volcano-compatible CRDs and fake nodes, and
+// several shard processes (bin/shardsched) gossiping on loopback. It creates
+// a sample three-level queue hierarchy and a demo workload, prints the
+// kubeconfig, and shows a live summary until interrupted; Ctrl-C stops every
 // process and removes the state directory unless -keep-state is given.
 package main
 
@@ -19,12 +21,17 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
+	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/shardsched/shardsched/deploy"
 	"github.com/shardsched/shardsched/internal/cluster"
 )
 
 type options struct {
+	shards        int
+	partitions    int
+	demo          bool
+	schedulerName string
 	nodes      int
 	nodeCPU    string
 	nodeMemory string
@@ -33,6 +40,12 @@ type options struct {
 }
 
 func (o *options) validate() error {
+	if o.shards < 0 || o.shards > 16 {
+		return fmt.Errorf("-shards=%d: must be between 0 and 16", o.shards)
+	}
+	if o.partitions < 1 || o.partitions > 1<<16 {
+		return fmt.Errorf("-partitions=%d: must be between 1 and 65536", o.partitions)
+	}
 	if o.nodes < 0 || o.nodes > 20000 {
 		return fmt.Errorf("-nodes=%d: must be between 0 and 20000", o.nodes)
 	}
@@ -50,7 +63,11 @@ func (o *options) validate() error {
 
 func main() {
 	var o options
-	flag.IntVar(&o.nodes, "nodes", 100, "number of kwok fake nodes")
+	flag.IntVar(&o.nodes, "nodes", 200, "number of kwok fake nodes")
+	flag.IntVar(&o.shards, "shards", 3, "number of shard processes")
+	flag.IntVar(&o.partitions, "partitions", 256, "node partitions")
+	flag.BoolVar(&o.demo, "demo", true, "create a sample queue hierarchy and a demo workload")
+	flag.StringVar(&o.schedulerName, "scheduler-name", "volcano", "schedulerName the shards serve")
 	flag.StringVar(&o.nodeCPU, "node-cpu", "64", "allocatable CPU of each fake node")
 	flag.StringVar(&o.nodeMemory, "node-memory", "256Gi", "allocatable memory of each fake node")
 	flag.StringVar(&o.stateDir, "state-dir", "", "state directory (default: a new temporary directory)")
@@ -118,15 +135,48 @@ func run(o options) error {
 		}
 	}
 	bins, _ := cluster.FindBinaries()
-	fmt.Printf("\nready in %.1fs: %d kwok nodes (%s CPU, %s each)\n", time.Since(start).Seconds(), o.nodes, o.nodeCPU, o.nodeMemory)
+	vc, err := volcano.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		return err
+	}
+	var shards []*shardProc
+	if o.shards > 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		bin := filepath.Join(filepath.Dir(self), "shardsched")
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("shard binary %s not found (make run builds it): %w", bin, err)
+		}
+		shards, err = startShards(filepath.Join(dir, "controlplane"), bin, cp.Kubeconfig, coord.Endpoints[0], o.shards, o.partitions, o.schedulerName)
+		defer func() {
+			for _, p := range shards {
+				p.stop(10 * time.Second)
+			}
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	if o.demo {
+		if err := sampleQueues(ctx, vc); err != nil {
+			return err
+		}
+		if err := demoWorkload(ctx, cs, vc, o.schedulerName); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nready in %.1fs: %d kwok nodes (%s CPU, %s each), %d shards\n", time.Since(start).Seconds(), o.nodes, o.nodeCPU, o.nodeMemory, o.shards)
 	fmt.Printf("kubeconfig: %s\n", cp.Kubeconfig)
-	fmt.Printf("try:        %s --kubeconfig %s get nodes\n", bins.Kubectl, cp.Kubeconfig)
+	fmt.Printf("try:        %s --kubeconfig %s get queues,podgroups,pods -A\n", bins.Kubectl, cp.Kubeconfig)
 	fmt.Printf("            %s --kubeconfig %s create deployment demo --image=busybox --replicas=3\n", bins.Kubectl, cp.Kubeconfig)
 	fmt.Printf("logs:       %s\n", filepath.Join(dir, "controlplane"))
-	fmt.Println("Ctrl-C stops every process and removes the state.")
+	fmt.Println("Ctrl-C stops every process and removes the state; kill a shard's pid to watch the others take over.")
 
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
+	sum := &summary{cs: cs, vc: vc, shards: shards, tty: isTTY()}
 	for {
 		select {
 		case <-ctx.Done():
@@ -136,6 +186,7 @@ func run(o options) error {
 			if err := cp.Check(); err != nil {
 				return errors.New("a control-plane process died: " + err.Error())
 			}
+			sum.print(ctx)
 		}
 	}
 }
