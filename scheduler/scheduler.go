@@ -11,6 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/coordinator"
@@ -66,6 +71,9 @@ type Config struct {
 	CallTimeout   time.Duration
 	Seed          uint64
 	Logger        *slog.Logger
+	// Tracer provides the cycle, admission, placement and bind spans; nil
+	// means no tracing.
+	Tracer trace.TracerProvider
 }
 
 // DefaultConfig returns bin-packing, 20 ms cycles and 32 bind workers.
@@ -125,7 +133,8 @@ type Scheduler struct {
 	rng   *rand.Rand // loop only
 	snap  *cache.Snapshot
 
-	binds chan bindReq
+	binds  chan bindReq
+	tracer trace.Tracer
 
 	groupOps map[string]time.Time // loop only: implicit PodGroup creates/deletes in flight (by key or UID)
 
@@ -162,8 +171,12 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider()
+	}
 	return &Scheduler{
-		cfg: cfg, deps: deps, place: pc, log: cfg.Logger,
+		tracer: cfg.Tracer.Tracer("shardsched/scheduler"),
+		cfg:    cfg, deps: deps, place: pc, log: cfg.Logger,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano()))),
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
@@ -210,6 +223,12 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	s.stats.cycles.Add(1)
 	s.deps.Cache.UpdateSnapshot(s.snap)
 	jobs := s.snap.Jobs()
+	if len(jobs) > 0 {
+		var span trace.Span
+		ctx, span = s.tracer.Start(ctx, "scheduler.cycle", trace.WithAttributes(
+			attribute.Int("jobs", len(jobs)), attribute.Int("nodes", s.snap.NumNodes())))
+		defer span.End()
+	}
 	s.log.Debug("cycle", "jobs", len(jobs), "nodes", len(s.snap.Nodes()), "pending", len(s.snap.PendingTasks()))
 	byQueue := map[string][]*api.Job{}
 	live := map[string]bool{}
@@ -284,9 +303,13 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			if !ok {
 				continue // not all gang members exist yet
 			}
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+			actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
+				attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
+			cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
 			_, err := s.deps.Quota.Reserve(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, amount)
 			cancel()
+			span.SetAttributes(attribute.Bool("admitted", err == nil))
+			span.End()
 			var qe *coordinator.QuotaError
 			switch {
 			case err == nil:
@@ -410,7 +433,11 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		if need > len(ready) {
 			continue // part of the gang is in backoff: wait for it
 		}
+		_, pspan := s.tracer.Start(ctx, "scheduler.place", trace.WithAttributes(
+			attribute.String("job", j.Key()), attribute.Int("tasks", len(ready)), attribute.Int("min_member", need), attribute.Int("nodes_considered", len(nodes))))
 		res := placement.PlaceGang(s.place, ready, nodes, need, s.rng)
+		pspan.SetAttributes(attribute.Bool("placed", res.OK))
+		pspan.End()
 		s.log.Debug("placement", "job", j.Key(), "need", need, "ready", len(ready), "ok", res.OK, "placed", res.Placed, "reasons", fmt.Sprint(res.Reasons))
 		if !res.OK {
 			msg := placement.Summarize(res.Reasons, len(nodes))
@@ -458,9 +485,15 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		key := shard.PartitionKey(shard.Partition(r.node, s.cfg.Partitions))
 		var err error
 		if s.deps.Ownership.Use(key) {
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+			bctx, span := s.tracer.Start(ctx, "scheduler.bind", trace.WithAttributes(
+				attribute.String("pod", r.task.Key()), attribute.String("node", r.node), attribute.String("job", r.job.Key())))
+			cctx, cancel := context.WithTimeout(bctx, s.cfg.CallTimeout)
 			err = s.deps.Binder.Bind(cctx, &r.task, r.node)
 			cancel()
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
 			s.deps.Ownership.Done(key)
 		} else {
 			err = fmt.Errorf("partition %s of node %s is no longer held by this shard", key, r.node)

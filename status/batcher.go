@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,6 +115,9 @@ func New(w Writer, cfg Config) (*Batcher, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider()
 	}
 	closed := make(chan struct{})
 	close(closed)
@@ -253,6 +259,9 @@ func (b *Batcher) flush(dispatch, write context.Context, all bool) error {
 	if len(jobs) == 0 {
 		return nil
 	}
+	_, span := b.cfg.Tracer.Tracer("shardsched/status").Start(write, "status.flush",
+		trace.WithAttributes(attribute.Int("writes", len(jobs))))
+	defer span.End()
 
 	var (
 		next            atomic.Int64

@@ -2,6 +2,7 @@ package status
 
 import (
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"time"
 )
 
@@ -20,6 +21,8 @@ type Config struct {
 	// Concurrency is the number of writes in flight at once during a flush.
 	// Default 8.
 	Concurrency int
+	// Tracer provides a span per flush; nil means no tracing.
+	Tracer trace.TracerProvider
 }
 
 // Defaults of DefaultConfig.

@@ -32,11 +32,11 @@ type options struct {
 	partitions    int
 	demo          bool
 	schedulerName string
-	nodes      int
-	nodeCPU    string
-	nodeMemory string
-	stateDir   string
-	keepState  bool
+	nodes         int
+	nodeCPU       string
+	nodeMemory    string
+	stateDir      string
+	keepState     bool
 }
 
 func (o *options) validate() error {

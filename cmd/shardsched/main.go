@@ -24,6 +24,7 @@ import (
 
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/daemon"
+	"github.com/shardsched/shardsched/internal/telemetry"
 	"github.com/shardsched/shardsched/scheduler"
 	"github.com/shardsched/shardsched/shard"
 	"github.com/shardsched/shardsched/status"
@@ -189,11 +190,20 @@ func run(o options, log *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tp, shutdownTracing, err := telemetry.Setup(ctx, "shardsched", o.shardName, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
 	done := make(chan error, 1)
 	go func() {
 		done <- daemon.Run(ctx, daemon.Options{
 			Name: o.shardName, REST: rc, EtcdEndpoints: splitList(o.etcdEndpoints), EtcdTLS: tlsCfg, HTTPAddr: o.httpAddr,
-			Shard: sc, Coordinator: cc, Scheduler: schedCfg, Status: stCfg, Logger: log,
+			Shard: sc, Coordinator: cc, Scheduler: schedCfg, Status: stCfg, Logger: log, Tracer: tp,
 		}, func(d *daemon.Daemon) {
 			log.Info("shard ready", "name", o.shardName, "gossip", d.Shard.GossipAddr(), "coordinator", d.Coord.Addr())
 		})

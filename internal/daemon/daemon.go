@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -44,6 +45,8 @@ type Options struct {
 	Scheduler   scheduler.Config
 	Status      status.Config
 	Logger      *slog.Logger
+	// Tracer is the tracer provider (telemetry.Setup); nil: no tracing.
+	Tracer trace.TracerProvider
 }
 
 // Daemon is a running shard process.
@@ -84,6 +87,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	ccfg := opts.Coordinator
 	ccfg.Name = opts.Name
 	ccfg.Logger = log
+	ccfg.Tracer = opts.Tracer
 	coord, err := coordinator.NewServer(cli, ccfg)
 	if err != nil {
 		return err
@@ -97,7 +101,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		return err
 	}
 	qcfg := coordinator.DefaultClientConfig()
-	qcfg.Prefix, qcfg.Shard, qcfg.Lease = ccfg.Prefix, opts.Name, sh.Lease()
+	qcfg.Prefix, qcfg.Shard, qcfg.Lease, qcfg.Tracer = ccfg.Prefix, opts.Name, sh.Lease(), opts.Tracer
 	quota, err := coordinator.NewClient(cli, qcfg)
 	if err != nil {
 		return err
@@ -115,7 +119,9 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	c := cache.New(cache.Options{Owns: ownsFrom(nil), OnOutOfSync: func(node, reason string) {
 		log.Warn("node out of sync", "node", node, "reason", reason)
 	}})
-	batcher, err := status.New(kube.NewStatusWriter(vc, "shardsched"), opts.Status)
+	stCfg := opts.Status
+	stCfg.Tracer = opts.Tracer
+	batcher, err := status.New(kube.NewStatusWriter(vc, "shardsched"), stCfg)
 	if err != nil {
 		return err
 	}
@@ -143,6 +149,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 
 	schedCfg := opts.Scheduler
 	schedCfg.Logger = log
+	schedCfg.Tracer = opts.Tracer
 	sched, err := scheduler.New(schedCfg, scheduler.Deps{
 		Cache: c, Ownership: sh, Quota: quota, Binder: kube.NewBinder(cs), Recorder: rec, Status: batcher, Groups: kube.NewGroups(vc),
 	})
