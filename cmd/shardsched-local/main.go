@@ -170,7 +170,7 @@ func run(o options) error {
 	fmt.Printf("\nready in %.1fs: %d kwok nodes (%s CPU, %s each), %d shards\n", time.Since(start).Seconds(), o.nodes, o.nodeCPU, o.nodeMemory, o.shards)
 	fmt.Printf("kubeconfig: %s\n", cp.Kubeconfig)
 	fmt.Printf("try:        %s --kubeconfig %s get queues,podgroups,pods -A\n", bins.Kubectl, cp.Kubeconfig)
-	fmt.Printf("            %s --kubeconfig %s create deployment demo --image=busybox --replicas=3\n", bins.Kubectl, cp.Kubeconfig)
+	fmt.Printf("            %s --kubeconfig %s run demo --image=busybox --overrides='{\"spec\":{\"schedulerName\":\"%s\"}}'\n", bins.Kubectl, cp.Kubeconfig, o.schedulerName)
 	fmt.Printf("logs:       %s\n", filepath.Join(dir, "controlplane"))
 	fmt.Println("Ctrl-C stops every process and removes the state; kill a shard's pid to watch the others take over.")
 
