@@ -189,8 +189,15 @@ func (tc *testCluster) config(name string) Config {
 // start creates and runs a shard that joins the given seeds.
 func (tc *testCluster) start(name string, join ...string) *running {
 	tc.t.Helper()
+	return tc.startWith(name, func(cfg *Config) { cfg.Join = join })
+}
+
+// startWith creates and runs a shard whose config edit adjusts; its
+// gossip goes through a dropTransport (r.tr).
+func (tc *testCluster) startWith(name string, edit func(*Config)) *running {
+	tc.t.Helper()
 	cfg := tc.config(name)
-	cfg.Join = join
+	edit(&cfg)
 	tr := newDropTransport(tc.t)
 	cfg.Transport = tr
 	cli := tc.etcd()

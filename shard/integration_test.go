@@ -228,22 +228,7 @@ func TestEncryptedGossip(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func(name string, join ...string) *running {
-		cfg := tc.config(name)
-		cfg.GossipKeyFile = keyFile
-		cfg.Join = join
-		cli := tc.etcd()
-		s, err := New(context.Background(), cli, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.SetQueues(tc.queues)
-		ctx, cancel := context.WithCancel(context.Background())
-		r := &running{s: s, cli: cli, cancel: cancel, done: make(chan struct{})}
-		go func() { defer close(r.done); _ = s.Run(ctx) }()
-		tc.mu.Lock()
-		tc.shards[name] = r
-		tc.mu.Unlock()
-		return r
+		return tc.startWith(name, func(cfg *Config) { cfg.GossipKeyFile, cfg.Join = keyFile, join })
 	}
 	a := start("enc-0")
 	start("enc-1", a.s.GossipAddr())
@@ -264,28 +249,12 @@ func TestGossipBandwidth8Shards(t *testing.T) {
 	tc := newTestCluster(t)
 	var rs []*running
 	for i := 0; i < 8; i++ {
-		name := "bw-" + string(rune('0'+i))
-		cfg := tc.config(name)
-		cfg.GossipProfile = "lan"
-		cfg.GossipTweak = nil
-		if i > 0 {
-			cfg.Join = []string{rs[0].s.GossipAddr()}
-		}
-		tr := newDropTransport(t)
-		cfg.Transport = tr
-		cli := tc.etcd()
-		s, err := New(context.Background(), cli, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.SetQueues(tc.queues)
-		ctx, cancel := context.WithCancel(context.Background())
-		r := &running{s: s, cli: cli, tr: tr, cancel: cancel, done: make(chan struct{})}
-		go func() { defer close(r.done); _ = s.Run(ctx) }()
-		tc.mu.Lock()
-		tc.shards[name] = r
-		tc.mu.Unlock()
-		rs = append(rs, r)
+		rs = append(rs, tc.startWith("bw-"+string(rune('0'+i)), func(cfg *Config) {
+			cfg.GossipProfile, cfg.GossipTweak = "lan", nil
+			if len(rs) > 0 {
+				cfg.Join = []string{rs[0].s.GossipAddr()}
+			}
+		}))
 	}
 	tc.waitConverged(15 * time.Second)
 	before := make([]int64, len(rs))
