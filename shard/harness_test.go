@@ -120,13 +120,26 @@ func (d *dropTransport) DialTimeout(addr string, timeout time.Duration) (net.Con
 
 func (d *dropTransport) StreamCh() <-chan net.Conn { return d.streams }
 
+// Shutdown stops forwarding and shuts the inner transport down, draining
+// its channels meanwhile: its listeners block on delivering a packet or a
+// stream until someone reads it, and it waits for them.
 func (d *dropTransport) Shutdown() error {
 	select {
 	case <-d.done:
 	default:
 		close(d.done)
 	}
-	return d.inner.Shutdown()
+	res := make(chan error, 1)
+	go func() { res <- d.inner.Shutdown() }()
+	for {
+		select {
+		case err := <-res:
+			return err
+		case <-d.inner.PacketCh():
+		case c := <-d.inner.StreamCh():
+			c.Close()
+		}
+	}
 }
 
 // testCluster runs shards in this process on one embedded etcd.
