@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -139,6 +140,7 @@ type Scheduler struct {
 	groupOps map[string]time.Time // loop only: implicit PodGroup creates/deletes in flight (by key or UID)
 
 	stats struct{ cycles, binds, bindFailures, admitted, quotaWaits atomic.Int64 }
+	hist  histograms
 
 	mu        sync.Mutex           // guards the fields below
 	admitted  map[string]admission // job UID → its reservation
@@ -175,6 +177,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		cfg.Tracer = noop.NewTracerProvider()
 	}
 	return &Scheduler{
+		hist:   newHistograms(),
 		tracer: cfg.Tracer.Tracer("shardsched/scheduler"),
 		cfg:    cfg, deps: deps, place: pc, log: cfg.Logger,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano()))),
@@ -207,6 +210,29 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			s.Cycle(ctx)
 		}
 	}
+}
+
+type histograms struct {
+	submitToBind, admissionWait, reserve, place prometheus.Histogram
+}
+
+func newHistograms() histograms {
+	h := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "shardsched", Name: name, Help: help, Buckets: buckets})
+	}
+	slow := prometheus.ExponentialBuckets(0.005, 2, 16)  // 5 ms .. ~164 s
+	fast := prometheus.ExponentialBuckets(0.0001, 2, 16) // 0.1 ms .. ~3.3 s
+	return histograms{
+		submitToBind:  h("submit_to_bind_seconds", "Pod creation to successful bind.", slow),
+		admissionWait: h("admission_wait_seconds", "PodGroup creation to admission by the coordinator.", slow),
+		reserve:       h("reservation_seconds", "Coordinator reservation latency seen by the shard.", fast),
+		place:         h("placement_seconds", "Gang placement (filter and score) time per job and cycle.", fast),
+	}
+}
+
+// Collectors returns the scheduler's latency histograms, for a registry.
+func (s *Scheduler) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.hist.submitToBind, s.hist.admissionWait, s.hist.reserve, s.hist.place}
 }
 
 // Stats are cumulative counters.
@@ -306,7 +332,9 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
 				attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
 			cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
+			t0 := time.Now()
 			_, err := s.deps.Quota.Reserve(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, amount)
+			s.hist.reserve.Observe(time.Since(t0).Seconds())
 			cancel()
 			span.SetAttributes(attribute.Bool("admitted", err == nil))
 			span.End()
@@ -314,6 +342,9 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			switch {
 			case err == nil:
 				s.stats.admitted.Add(1)
+				if !j.Created.IsZero() {
+					s.hist.admissionWait.Observe(time.Since(j.Created).Seconds())
+				}
 				s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", amount.String())
 				s.mu.Lock()
 				s.admitted[j.UID] = admission{job: *j, queue: j.Queue}
@@ -435,7 +466,9 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		}
 		_, pspan := s.tracer.Start(ctx, "scheduler.place", trace.WithAttributes(
 			attribute.String("job", j.Key()), attribute.Int("tasks", len(ready)), attribute.Int("min_member", need), attribute.Int("nodes_considered", len(nodes))))
+		t0 := time.Now()
 		res := placement.PlaceGang(s.place, ready, nodes, need, s.rng)
+		s.hist.place.Observe(time.Since(t0).Seconds())
 		pspan.SetAttributes(attribute.Bool("placed", res.OK))
 		pspan.End()
 		s.log.Debug("placement", "job", j.Key(), "need", need, "ready", len(ready), "ok", res.OK, "placed", res.Placed, "reasons", fmt.Sprint(res.Reasons))
@@ -513,6 +546,9 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 			continue
 		}
 		s.stats.binds.Add(1)
+		if !r.task.Created.IsZero() {
+			s.hist.submitToBind.Observe(time.Since(r.task.Created).Seconds())
+		}
 		s.deps.Recorder.Scheduled(&r.task, r.node)
 	}
 }

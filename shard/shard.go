@@ -64,7 +64,8 @@ type Shard struct {
 	session *concurrency.Session
 	ring    Ring
 
-	crashed atomic.Bool // Crash was called: gossip is already shut down
+	crashed atomic.Bool  // Crash was called: gossip is already shut down
+	changes atomic.Int64 // ownership records acquired or released
 
 	results chan func() // action results, applied by the loop
 	kick    chan struct{}
@@ -437,6 +438,9 @@ func (s *Shard) acquire(sess *concurrency.Session, key string) func() {
 		return func() { s.apply(func(m *Machine) []Action { return m.AcquireRefused(key) }) }
 	}
 	rev := resp.Header.Revision
+	if resp.Succeeded {
+		s.changes.Add(1)
+	}
 	if !resp.Succeeded {
 		// The record exists. If it is ours under this lease (an earlier
 		// acquire whose answer was lost), we hold it.
@@ -462,8 +466,13 @@ func (s *Shard) release(sess *concurrency.Session, key string) func() {
 	if err != nil {
 		return func() { s.apply(func(m *Machine) []Action { return m.ReleaseFailed(key) }) }
 	}
+	s.changes.Add(1)
 	return func() { s.apply(func(m *Machine) []Action { return m.Released(key) }) }
 }
+
+// OwnershipChanges counts the ownership records this shard has acquired or
+// released since it started.
+func (s *Shard) OwnershipChanges() int64 { return s.changes.Load() }
 
 // watchRecords streams ownership record deletions (with the previous
 // value) from now on.

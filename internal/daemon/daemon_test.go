@@ -418,7 +418,8 @@ func TestMetricsExistAndMove(t *testing.T) {
 	before := ev.scrape()
 	for _, name := range []string{"shardsched_owned_keys", "shardsched_gossip_members", "shardsched_coordinator_leader",
 		"shardsched_nodes_out_of_sync", "shardsched_status_writes_total", "shardsched_status_conflicts_total",
-		"shardsched_binds_total", "shardsched_admissions_total", "shardsched_cycles_total"} {
+		"shardsched_binds_total", "shardsched_admissions_total", "shardsched_cycles_total",
+		"shardsched_submit_to_bind_seconds_count", "shardsched_reservation_seconds_count"} {
 		if _, ok := before[name]; !ok {
 			t.Errorf("series %s missing from /metrics", name)
 		}
@@ -433,6 +434,8 @@ func TestMetricsExistAndMove(t *testing.T) {
 		now := ev.scrape()
 		return now["shardsched_binds_total"] > before["shardsched_binds_total"] &&
 			now["shardsched_admissions_total"] > before["shardsched_admissions_total"] &&
-			now["shardsched_status_writes_total"] > before["shardsched_status_writes_total"]
+			now["shardsched_status_writes_total"] > before["shardsched_status_writes_total"] &&
+			now["shardsched_submit_to_bind_seconds_count"] > before["shardsched_submit_to_bind_seconds_count"] &&
+			now["shardsched_reservation_seconds_count"] > before["shardsched_reservation_seconds_count"]
 	})
 }

@@ -19,7 +19,9 @@ func (d *Daemon) registerMetrics() *prometheus.Registry {
 	counter := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "shardsched", Name: name, Help: help}, f))
 	}
+	reg.MustRegister(d.sched.Collectors()...)
 	gauge("owned_keys", "Partitions and queues this shard holds.", func() float64 { return float64(len(d.Shard.Owned())) })
+	counter("ownership_changes_total", "Ownership records acquired or released.", func() float64 { return float64(d.Shard.OwnershipChanges()) })
 	gauge("gossip_members", "Live members seen by gossip.", func() float64 { return float64(len(d.Shard.Members())) })
 	gauge("coordinator_leader", "1 if this process leads the coordinator.", func() float64 {
 		if d.Coord.IsLeader() {
