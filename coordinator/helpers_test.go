@@ -136,6 +136,11 @@ func (ev *env) newShard(name string, ttl int) *shard {
 	cc.Prefix = ev.cfg.Prefix
 	cc.Shard = name
 	cc.Lease = sess.Lease()
+	// A request that times out on the client may still have been applied;
+	// its retry then answers for the state it finds (existed / not found),
+	// which a test replaying answers cannot tell apart from a wrong answer.
+	// A long per-attempt timeout keeps loaded CI machines out of that case.
+	cc.RequestTimeout = time.Minute
 	c, err := NewClient(cli, cc)
 	if err != nil {
 		ev.t.Fatal(err)
