@@ -28,12 +28,31 @@ func (c *Cache) JobSummary(namespace, job string) JobSummary {
 			s.Done++
 		case t.NodeName != "":
 			s.Bound++
-			if a, err := s.Allocated.Add(t.Request.With(api.Pods, 0)); err == nil {
-				s.Allocated = a
-			}
+			addRequest(&s.Allocated, t.Request)
 		default:
 			s.Pending++
 		}
 	}
 	return s
+}
+
+// addRequest adds r (without "pods") into dst in place, saturating instead
+// of overflowing; it allocates only for scalars.
+func addRequest(dst *api.Resource, r api.Resource) {
+	dst.MilliCPU = satAddValue(dst.MilliCPU, r.MilliCPU)
+	dst.Memory = satAddValue(dst.Memory, r.Memory)
+	for k, v := range r.Scalars {
+		if k == api.Pods || v == 0 {
+			continue
+		}
+		if dst.Scalars == nil {
+			dst.Scalars = map[string]int64{}
+		}
+		dst.Scalars[k] = satAddValue(dst.Scalars[k], v)
+	}
+}
+
+func satAddValue(a, b int64) int64 {
+	v, _ := satAdd(a, b) // clamped to the int64 range
+	return v
 }

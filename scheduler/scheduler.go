@@ -138,6 +138,8 @@ type Scheduler struct {
 	tracer trace.Tracer
 
 	groupOps map[string]time.Time // loop only: implicit PodGroup creates/deletes in flight (by key or UID)
+	// summaries memoizes Cache.JobSummary for one cycle (loop only).
+	summaries map[string]cache.JobSummary
 
 	stats struct{ cycles, binds, bindFailures, admitted, quotaWaits atomic.Int64 }
 	hist  histograms
@@ -183,7 +185,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano()))),
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
-		groupOps: map[string]time.Time{},
+		groupOps: map[string]time.Time{}, summaries: map[string]cache.JobSummary{},
 		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{},
 	}, nil
@@ -248,6 +250,7 @@ func (s *Scheduler) Stats() Stats {
 func (s *Scheduler) Cycle(ctx context.Context) {
 	s.stats.cycles.Add(1)
 	s.deps.Cache.UpdateSnapshot(s.snap)
+	clear(s.summaries)
 	jobs := s.snap.Jobs()
 	if len(jobs) > 0 {
 		var span trace.Span
@@ -272,6 +275,17 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	s.writeStatus(byQueue)
 }
 
+// summary is the job's task counts, read from the cache once per cycle.
+func (s *Scheduler) summary(j *api.Job) cache.JobSummary {
+	key := j.Namespace + "/" + j.Name
+	if sum, ok := s.summaries[key]; ok {
+		return sum
+	}
+	sum := s.deps.Cache.JobSummary(j.Namespace, j.Name)
+	s.summaries[key] = sum
+	return sum
+}
+
 // jobTasks returns the job's pending tasks for this scheduler (from the
 // cycle's snapshot), sorted by priority then creation, and the counts of
 // bound (including assumed) and finished tasks (from the cache, which
@@ -282,7 +296,7 @@ func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) 
 			pending = append(pending, t)
 		}
 	}
-	sum := s.deps.Cache.JobSummary(j.Namespace, j.Name)
+	sum := s.summary(j)
 	sort.SliceStable(pending, func(a, b int) bool {
 		if pending[a].Priority != pending[b].Priority {
 			return pending[a].Priority > pending[b].Priority
@@ -390,7 +404,7 @@ func (s *Scheduler) gangAmount(j *api.Job, pending []*api.Task, bound int) (api.
 	if j.MinResources != nil && !j.MinResources.IsZero() {
 		return j.MinResources.Clone(), true
 	}
-	sum := s.deps.Cache.JobSummary(j.Namespace, j.Name).Allocated
+	sum := s.summary(j).Allocated.Clone()
 	for i := 0; i < len(pending) && i < min-bound; i++ {
 		sum, _ = sum.Add(pending[i].Request.With(api.Pods, 0))
 	}
@@ -412,7 +426,7 @@ func (s *Scheduler) queueShares(byQueue map[string][]*api.Job) map[string]float6
 	for q, js := range byQueue {
 		used := api.Resource{}
 		for _, j := range js {
-			used, _ = used.Add(s.deps.Cache.JobSummary(j.Namespace, j.Name).Allocated)
+			used, _ = used.Add(s.summary(j).Allocated)
 		}
 		share := 0.0
 		for _, d := range []string{api.CPU, api.Memory} {
@@ -622,7 +636,7 @@ func (s *Scheduler) writeStatus(byQueue map[string][]*api.Job) {
 		st := api.QueueStatus{}
 		for _, j := range js {
 			pending, bound, _ := s.jobTasks(j)
-			st.Allocated, _ = st.Allocated.Add(s.deps.Cache.JobSummary(j.Namespace, j.Name).Allocated)
+			st.Allocated, _ = st.Allocated.Add(s.summary(j).Allocated)
 			s.mu.Lock()
 			_, adm := s.admitted[j.UID]
 			s.mu.Unlock()
@@ -700,7 +714,7 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 		if !j.Implicit || !s.deps.Ownership.Holds(shard.QueueKey(j.Queue)) {
 			continue
 		}
-		sum := s.deps.Cache.JobSummary(j.Namespace, j.Name)
+		sum := s.summary(j)
 		if sum.Pending+sum.Bound+sum.Done > 0 {
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,18 @@ func main() {
 	flag.IntVar(&o.groups, "groups", 100, "PodGroups the pods are spread over (like Jobs)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on one system's run")
 	flag.StringVar(&o.systems, "systems", "binder,shardsched-1,shardsched-3", "systems to run, in order")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fail(2, fmt.Errorf("-cpuprofile: %w", err))
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(2, fmt.Errorf("-cpuprofile: %w", err))
+		}
+		defer pprof.StopCPUProfile()
+	}
 	switch {
 	case o.nodes < 1 || o.nodes > 20000:
 		fail(2, fmt.Errorf("-nodes=%d: must be 1..20000", o.nodes))
@@ -68,6 +80,7 @@ func main() {
 		fail(2, fmt.Errorf("-groups=%d: must be 1..pods", o.groups))
 	}
 	if err := run(o); err != nil {
+		pprof.StopCPUProfile()
 		fail(1, err)
 	}
 }
