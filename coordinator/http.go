@@ -204,12 +204,10 @@ func (s *Server) handler() http.Handler {
 	return mux
 }
 
-var opNames = map[opKind]string{opReserve: "reserve", opConfirm: "confirm", opRelease: "release", opSetTree: "set-queues", opList: "list"}
-
 // span starts the leader-side span of one request, as a child of the
 // caller's span when the request carried trace context.
 func (s *Server) span(ctx context.Context, kind opKind, uid, queue string) (context.Context, trace.Span) {
-	return s.cfg.Tracer.Tracer("shardsched/coordinator").Start(ctx, "coordinator."+opNames[kind]+".leader",
+	return s.cfg.Tracer.Tracer("shardsched/coordinator").Start(ctx, "coordinator."+kind.String()+".leader",
 		trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("job.uid", uid), attribute.String("queue", queue), attribute.String("coordinator", s.cfg.Name)))
 }

@@ -135,6 +135,25 @@ func (s *Server) Stats() Stats {
 
 type opKind int
 
+// String names the operation in span names.
+func (k opKind) String() string {
+	switch k {
+	case opReserve:
+		return "reserve"
+	case opConfirm:
+		return "confirm"
+	case opRelease:
+		return "release"
+	case opSetTree:
+		return "set-queues"
+	case opList:
+		return "list"
+	case opExpire:
+		return "expire"
+	}
+	return "unknown"
+}
+
 const (
 	opReserve opKind = iota
 	opConfirm
@@ -725,7 +744,6 @@ func (s *Server) submitMany(ctx context.Context, calls []*call) []result {
 	s.mu.Lock()
 	ch, ended := s.calls, s.termEnded
 	s.mu.Unlock()
-	sent := 0
 	for i, c := range calls {
 		c.done = make(chan result, 1)
 		if ch == nil {
@@ -734,7 +752,6 @@ func (s *Server) submitMany(ctx context.Context, calls []*call) []result {
 		}
 		select {
 		case ch <- c:
-			sent++
 			continue
 		case <-ended:
 			out[i] = result{err: ErrNotLeader}

@@ -269,6 +269,9 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 		byQueue[j.Queue] = append(byQueue[j.Queue], j)
 	}
 	s.releaseGone(ctx, live)
+	if s.stats.cycles.Load()%pruneEvery == 0 {
+		s.prune(live)
+	}
 	s.implicitGroups(ctx, jobs)
 	s.admit(ctx, byQueue)
 	s.placeAdmitted(ctx, jobs)
@@ -650,6 +653,31 @@ func (s *Scheduler) writeStatus(byQueue map[string][]*api.Job) {
 			}
 		}
 		s.deps.Status.SetQueue(q, st)
+	}
+}
+
+// pruneEvery is how many cycles pass between prunes of per-task state.
+const pruneEvery = 50
+
+// prune forgets backoff and event times of tasks that are no longer pending
+// and of jobs that are gone, so this state stays O(pending), not O(tasks
+// ever seen).
+func (s *Scheduler) prune(liveJobs map[string]bool) {
+	pending := map[string]bool{}
+	for _, t := range s.snap.PendingTasks() {
+		pending[t.UID] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid := range s.backoff {
+		if !pending[uid] {
+			delete(s.backoff, uid)
+		}
+	}
+	for uid := range s.lastEvent {
+		if !pending[uid] && !liveJobs[uid] {
+			delete(s.lastEvent, uid)
+		}
 	}
 }
 

@@ -485,9 +485,6 @@ func (s *Shard) onRecordEvent(resp clientv3.WatchResponse) {
 		s.log.Warn("ownership watch error", "err", resp.Err())
 		return
 	}
-	s.mu.Lock()
-	lease := s.session.Lease()
-	s.mu.Unlock()
 	for _, ev := range resp.Events {
 		key := string(ev.Kv.Key[len(s.ownPrefix()):])
 		if ev.Type == mvccpb.PUT {
@@ -508,15 +505,15 @@ func (s *Shard) onRecordEvent(resp clientv3.WatchResponse) {
 			var r record
 			if json.Unmarshal(ev.PrevKv.Value, &r) == nil && r.Shard == s.cfg.Name {
 				ours = true
-				_ = lease
 			}
 		}
 		if ours {
 			s.apply(func(m *Machine) []Action {
-				if st, _ := m.State(key); st == Releasing || st == Absent {
-					return nil // our own release; its result reports it
+				// The machine ignores a delete it caused itself (releasing)
+				// or that changes nothing (absent); only log real losses.
+				if st, _ := m.State(key); st == Held || st == Draining {
+					s.log.Warn("ownership record lost", "key", key)
 				}
-				s.log.Warn("ownership record lost", "key", key)
 				return m.Lost(key)
 			})
 		} else {

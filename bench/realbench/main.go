@@ -18,6 +18,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -156,19 +157,7 @@ func run(o options) error {
 }
 
 func splitList(s string) []string {
-	var out []string
-	cur := ""
-	for _, c := range s + "," {
-		if c == ',' {
-			if cur != "" {
-				out = append(out, cur)
-			}
-			cur = ""
-			continue
-		}
-		cur += string(c)
-	}
-	return out
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
 }
 
 func runSystem(ctx context.Context, o options, rc *rest.Config, cs kubernetes.Interface, etcd []string, sys string, round int) (result, error) {

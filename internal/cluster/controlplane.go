@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -303,13 +302,4 @@ func waitHTTP(ctx context.Context, p *process, url string, headers map[string]st
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// shortErr trims a multi-line error for a one-line message.
-func shortErr(err error) string {
-	s := err.Error()
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -199,7 +200,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	run(func(ctx context.Context) error {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
-		var last string
+		var last []string
 		for {
 			select {
 			case <-ctx.Done():
@@ -207,8 +208,8 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 			case <-t.C:
 			}
 			held := sh.Owned()
-			if k := fmt.Sprint(held); k != last {
-				last = k
+			if !slices.Equal(held, last) {
+				last = held
 				c.SetOwns(ownsFrom(held))
 			}
 			for _, n := range c.OutOfSync() {
