@@ -1,0 +1,115 @@
+// Package report turns bench results into a Markdown report, a JSON file
+// (machine-readable, for comparing runs) and SVG plots. Both bench modes
+// (simulated and real) fill the same types.
+package report
+
+import "time"
+
+// Report is one bench invocation: every run compared in it, and the targets.
+type Report struct {
+	Title   string    `json:"title"`
+	Command string    `json:"command"` // the command line that produced it
+	Started time.Time `json:"started"`
+	Machine string    `json:"machine"` // e.g. "linux/amd64, 2 CPUs, go1.26.0"
+	Runs    []Run     `json:"runs"`
+	Targets []Target  `json:"targets"`
+	Notes   []string  `json:"notes,omitempty"`
+}
+
+// Target is one goal of the issue, judged against a run.
+type Target struct {
+	Name  string `json:"name"`  // e.g. "p99 submit→bind, churn 100k cores, 4 shards"
+	Goal  string `json:"goal"`  // e.g. "≤ 1 s"
+	Value string `json:"value"` // e.g. "0.42 s"
+	Met   bool   `json:"met"`
+	Why   string `json:"why,omitempty"` // when missed: why, and what would close it
+}
+
+// Run is one system on one scenario.
+type Run struct {
+	Name     string `json:"name"`     // unique in the report, e.g. "churn/100k/4 shards"
+	Mode     string `json:"mode"`     // "sim" or "real"
+	Scenario string `json:"scenario"` // "churn", "burst", "chaos", "stream", "backlog"
+	Tier     string `json:"tier"`     // "10k", "100k", "1M" cores; real: "1000 nodes"
+	System   string `json:"system"`   // "shardsched", "binder", "kube-scheduler", ...
+	Shards   int    `json:"shards,omitempty"`
+
+	Pods        int     `json:"pods"`        // pods bound
+	Unbound     int     `json:"unbound"`     // pods still pending at the end
+	WallSeconds float64 `json:"wallSeconds"` // wall time of the run
+	// VirtualSeconds is the simulated time covered (sim mode only).
+	VirtualSeconds float64 `json:"virtualSeconds,omitempty"`
+	PodsPerSec     float64 `json:"podsPerSec"` // placements per wall second
+	// Latency is submit→bind in seconds (virtual in sim mode, wall in real mode).
+	LatencyP50 float64 `json:"latencyP50"`
+	LatencyP99 float64 `json:"latencyP99"`
+	LatencyMax float64 `json:"latencyMax"`
+	// LatencyCDF is a sorted sample of at most 1,000 latencies (seconds),
+	// evenly spaced over the full sorted set, for the CDF plot.
+	LatencyCDF []float64 `json:"latencyCDF,omitempty"`
+
+	CPUSeconds        float64 `json:"cpuSeconds"`        // process CPU time during the run
+	CPUSecondsPer1000 float64 `json:"cpuSecondsPer1000"` // per 1,000 placements
+	Utilization       float64 `json:"utilization"`       // mean CPU allocated / allocatable, 0..1
+	// FairShareError is |actual share − deserved share| per leaf queue,
+	// averaged over the run; MaxFairShareError is the largest of them.
+	FairShareError    map[string]float64 `json:"fairShareError,omitempty"`
+	MaxFairShareError float64            `json:"maxFairShareError"`
+	APIWritesPerPod   float64            `json:"apiWritesPerPod"`
+	StatusWrites      int64              `json:"statusWrites"`
+	StatusConflicts   int64              `json:"statusConflicts"`
+	PeakRSSMiB        float64            `json:"peakRSSMiB"`
+	// RSSGrowthPct is the growth of RSS from the end of warm-up to the end
+	// of the run, in percent.
+	RSSGrowthPct float64 `json:"rssGrowthPct"`
+
+	// Invariants counts violations seen while the run went on; any
+	// non-zero count fails the run. Keys: "quota_overruns",
+	// "double_booked_nodes", "pods_bound_twice", "nodes_out_of_sync",
+	// "admitted_jobs_lost".
+	Invariants map[string]int64 `json:"invariants"`
+
+	// Time series, sampled on the run's clock (virtual in sim mode).
+	Throughput  []Point            `json:"throughput,omitempty"`  // pods bound per second
+	UtilSeries  []Point            `json:"utilSeries,omitempty"`  // utilization 0..1
+	RSSSeries   []Point            `json:"rssSeries,omitempty"`   // MiB
+	QueueShares map[string][]Point `json:"queueShares,omitempty"` // leaf queue → share of allocated CPU, 0..1
+
+	Chaos *Chaos   `json:"chaos,omitempty"`
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Point is one sample of a time series.
+type Point struct {
+	T float64 `json:"t"` // seconds since the run started
+	V float64 `json:"v"`
+}
+
+// Chaos is what the fault scenario measured.
+type Chaos struct {
+	Events []ChaosEvent `json:"events"`
+	// AdmittedJobsLost counts jobs admitted before a fault whose
+	// reservation or pods were lost (must be 0).
+	AdmittedJobsLost int `json:"admittedJobsLost"`
+}
+
+// ChaosEvent is one fault and the recovery after it.
+type ChaosEvent struct {
+	At   float64 `json:"at"`   // seconds since the run started
+	What string  `json:"what"` // "kill -9 shard-2", "kill coordinator leader", "restart etcd"
+	// OwnersBackAfter is the time until every partition and queue had an
+	// owner again; ThroughputBackAfter until pods/s was back to ≥ 90 % of
+	// its level before the fault. Seconds; -1 if it never recovered.
+	OwnersBackAfter     float64 `json:"ownersBackAfter"`
+	ThroughputBackAfter float64 `json:"throughputBackAfter"`
+}
+
+// Failed reports whether any invariant of the run was broken.
+func (r Run) Failed() bool {
+	for _, n := range r.Invariants {
+		if n != 0 {
+			return true
+		}
+	}
+	return r.Chaos != nil && r.Chaos.AdmittedJobsLost != 0
+}
