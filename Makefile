@@ -8,7 +8,7 @@ BIN      := bin
 RUN_ARGS ?=
 TEST_TIMEOUT ?= 30m
 
-.PHONY: run test vet controlplane generate verify-generated bench-coordinator clean
+.PHONY: run test vet controlplane bench-tools generate verify-generated bench-coordinator clean
 
 ## run: build, bring up the local cluster (etcd, kube-apiserver, controller-manager, kwok nodes, 3 shard processes, demo queues and jobs); Ctrl-C stops it
 run: controlplane
@@ -26,6 +26,11 @@ vet:
 ## controlplane: build and cache etcd, kube-apiserver, kube-controller-manager, kubectl, kwok (once)
 controlplane:
 	@hack/controlplane.sh all >/dev/null
+
+## bench-tools: the control plane plus kube-scheduler, which bench/realbench compares against (once; a few minutes more when cold)
+bench-tools:
+	@hack/controlplane.sh all >/dev/null
+	@hack/controlplane.sh kube-scheduler >/dev/null
 
 ## generate: regenerate the Volcano-compatible CRDs from volcano.sh/apis with controller-gen
 generate:

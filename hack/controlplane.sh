@@ -2,11 +2,13 @@
 # Builds the local control plane once from the Go module proxy and caches it
 # outside the repository, keyed by version:
 #   $CACHE/k8s-v1.36.3/{kube-apiserver,kube-controller-manager,kubectl}
+#   $CACHE/k8s-v1.36.3/kube-scheduler (only with the kube-scheduler target:
+#     the benchmark compares against it, tests do not need it)
 #   $CACHE/etcd-v3.6.16/etcd
 #   $CACHE/kwok-v0.8.0/{kwok,stages/*.yaml}
 # where CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/shardsched.
 # Prints the bin directory (the layout testenv expects) on the last line.
-# Usage: hack/controlplane.sh [all|k8s|etcd|kwok]
+# Usage: hack/controlplane.sh [all|k8s|etcd|kwok|kube-scheduler]
 set -euo pipefail
 
 K8S_VERSION=v1.36.3
@@ -36,28 +38,26 @@ run_with_progress() {
   log "$label: done in $((SECONDS - start)) s"
 }
 
-build_k8s() {
-  local out="$CACHE/k8s-$K8S_VERSION"
-  if [[ -x "$out/kube-apiserver" && -x "$out/kube-controller-manager" && -x "$out/kubectl" ]]; then
-    return
-  fi
-  log "building kube-apiserver, kube-controller-manager, kubectl $K8S_VERSION (about 20 min cold on 2 cores)"
-  local work="$CACHE/build/k8s-$K8S_VERSION"
-  mkdir -p "$work" "$out"
-  (
-    cd "$work"
-    local gomod
-    gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-    # k8s.io/kubernetes replaces its staging modules with local paths, so it
-    # cannot be required as is. Reuse its go.mod (so every dependency keeps the
-    # version Kubernetes was released with) and point each staging module at
-    # its published version instead.
-    sed -e 's#^module .*#module shardsched.local/k8sbuild#' \
-        -e "s#^\([[:space:]]*\)\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*#\1\2 => \2 $K8S_STAGING_VERSION#" \
-        -e '/^tool /d' \
-        "$gomod" > go.mod
-    printf '\nrequire k8s.io/kubernetes %s\n' "$K8S_VERSION" >> go.mod
-    cat > tools.go <<'GO'
+K8S_OUT="$CACHE/k8s-$K8S_VERSION"
+
+# write_k8s_module: writes the throwaway module that builds Kubernetes
+# commands into the current directory and resolves its modules.
+write_k8s_module() {
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  # k8s.io/kubernetes replaces its staging modules with local paths, so it
+  # cannot be required as is. Reuse its go.mod (so every dependency keeps the
+  # version Kubernetes was released with) and point each staging module at
+  # its published version instead.
+  sed -e 's#^module .*#module shardsched.local/k8sbuild#' \
+      -e "s#^\([[:space:]]*\)\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*#\1\2 => \2 $K8S_STAGING_VERSION#" \
+      -e '/^tool /d' \
+      "$gomod" > go.mod
+  printf '\nrequire k8s.io/kubernetes %s\n' "$K8S_VERSION" >> go.mod
+  # kube-scheduler is not listed: the controller-manager already needs every
+  # module it imports (go list -mod=readonly -deps agrees), so the module is
+  # the same whichever commands are built from it.
+  cat > tools.go <<'GO'
 //go:build tools
 
 package tools
@@ -68,18 +68,39 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
-    log "resolving modules"
-    go mod tidy
+  log "resolving modules"
+  go mod tidy
+}
+
+# build_k8s_cmds CMD...: builds each k8s.io/kubernetes/cmd/CMD that is not
+# yet in $K8S_OUT. A cached binary is never rebuilt.
+build_k8s_cmds() {
+  local missing=() cmd
+  for cmd in "$@"; do
+    [[ -x "$K8S_OUT/$cmd" ]] || missing+=("$cmd")
+  done
+  ((${#missing[@]})) || return 0
+  log "building ${missing[*]} $K8S_VERSION (about 20 min cold on 2 cores for the control plane, a few more for kube-scheduler)"
+  local work="$CACHE/build/k8s-$K8S_VERSION"
+  mkdir -p "$work" "$K8S_OUT"
+  (
+    cd "$work"
+    write_k8s_module
     local major minor pkg=k8s.io/component-base/version
     major=$(echo "$K8S_VERSION" | sed 's/^v\([0-9]*\)\..*/\1/')
     minor=$(echo "$K8S_VERSION" | sed 's/^v[0-9]*\.\([0-9]*\)\..*/\1/')
     local ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.gitCommit=0000000000000000000000000000000000000000 -X $pkg.buildDate=1970-01-01T00:00:00Z"
-    for cmd in kube-apiserver kube-controller-manager kubectl; do
-      run_with_progress "$cmd" go build "${BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
-      mv "$out/$cmd.tmp" "$out/$cmd"
+    for cmd in "${missing[@]}"; do
+      run_with_progress "$cmd" go build "${BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$K8S_OUT/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
+      mv "$K8S_OUT/$cmd.tmp" "$K8S_OUT/$cmd"
     done
   )
 }
+
+build_k8s() { build_k8s_cmds kube-apiserver kube-controller-manager kubectl; }
+
+# kube-scheduler is only for the benchmark (make bench-tools), not for `all`.
+build_kube_scheduler() { build_k8s_cmds kube-scheduler; }
 
 build_etcd() {
   local out="$CACHE/etcd-$ETCD_VERSION"
@@ -138,6 +159,7 @@ case "$what" in
   k8s) build_k8s ;;
   etcd) build_etcd ;;
   kwok) build_kwok ;;
-  *) echo "usage: $0 [all|k8s|etcd|kwok]" >&2; exit 2 ;;
+  kube-scheduler) build_kube_scheduler ;;
+  *) echo "usage: $0 [all|k8s|etcd|kwok|kube-scheduler]" >&2; exit 2 ;;
 esac
 echo "$CACHE"
