@@ -28,8 +28,10 @@ type ClientConfig struct {
 	// Shard names the calling shard (stored with its reservations).
 	Shard string
 	// Lease is the shard's etcd session lease: tentative reservations are
-	// bound to it.
-	Lease clientv3.LeaseID
+	// bound to it. LeaseFunc, when set, is asked on every Reserve instead,
+	// so a shard whose session was replaced names its current lease.
+	Lease     clientv3.LeaseID
+	LeaseFunc func() clientv3.LeaseID
 	// MaxAttempts bounds the tries of one request across leader changes.
 	MaxAttempts int
 	// Backoff is the first retry delay; it doubles up to MaxBackoff.
@@ -146,7 +148,11 @@ func (c *Client) Reserve(ctx context.Context, job JobRef, queue string, amount a
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("job", job.Namespace+"/"+job.Name), attribute.String("queue", queue), attribute.String("shard", c.cfg.Shard)))
 	defer span.End()
-	req := ReserveRequest{Job: job, Queue: queue, Amount: amount, Lease: int64(c.cfg.Lease), Shard: c.cfg.Shard}
+	lease := c.cfg.Lease
+	if c.cfg.LeaseFunc != nil {
+		lease = c.cfg.LeaseFunc()
+	}
+	req := ReserveRequest{Job: job, Queue: queue, Amount: amount, Lease: int64(lease), Shard: c.cfg.Shard}
 	res, err := c.batched(ctx, batchItem{Op: "reserve", Reserve: &req}, "/v1/reserve", req)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())

@@ -75,6 +75,14 @@ type Config struct {
 	// Tracer provides the cycle, admission, placement and bind spans; nil
 	// means no tracing.
 	Tracer trace.TracerProvider
+	// Now is the clock for backoffs, event rate limits and latencies; nil
+	// means time.Now. The simulated bench runs the scheduler on a virtual
+	// clock through it.
+	Now func() time.Time
+	// AdmitParallelism bounds the queues whose reservations are in flight
+	// at once (a queue's own jobs are reserved one after another, in
+	// priority order). 0 means 32.
+	AdmitParallelism int
 }
 
 // DefaultConfig returns bin-packing, 20 ms cycles and 32 bind workers.
@@ -140,11 +148,15 @@ type Scheduler struct {
 	groupOps map[string]time.Time // loop only: implicit PodGroup creates/deletes in flight (by key or UID)
 	// summaries memoizes Cache.JobSummary for one cycle (loop only).
 	summaries map[string]cache.JobSummary
+	// lastStatus is when queue status was last computed (loop only).
+	lastStatus time.Time
 
 	stats struct{ cycles, binds, bindFailures, admitted, quotaWaits atomic.Int64 }
 	hist  histograms
 
 	mu        sync.Mutex           // guards the fields below
+	tree      *api.Tree            // queue hierarchy (SetTree); nil until known
+	queueStat map[string]api.QueueStatus // owned queue → last status written
 	admitted  map[string]admission // job UID → its reservation
 	backoff   map[string]time.Time // task UID → not before
 	inflight  map[string]string    // task UID → node, bind in progress
@@ -178,16 +190,22 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.AdmitParallelism <= 0 {
+		cfg.AdmitParallelism = 32
+	}
 	return &Scheduler{
 		hist:   newHistograms(),
 		tracer: cfg.Tracer.Tracer("shardsched/scheduler"),
 		cfg:    cfg, deps: deps, place: pc, log: cfg.Logger,
-		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano()))),
+		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Now().UnixNano()))),
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
 		groupOps: map[string]time.Time{}, summaries: map[string]cache.JobSummary{},
 		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
-		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{},
+		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{},
 	}, nil
 }
 
@@ -232,6 +250,9 @@ func newHistograms() histograms {
 	}
 }
 
+// since is the time elapsed on the scheduler's clock.
+func (s *Scheduler) since(t time.Time) time.Duration { return s.cfg.Now().Sub(t) }
+
 // Collectors returns the scheduler's latency histograms, for a registry.
 func (s *Scheduler) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{s.hist.submitToBind, s.hist.admissionWait, s.hist.reserve, s.hist.place}
@@ -275,7 +296,7 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	s.implicitGroups(ctx, jobs)
 	s.admit(ctx, byQueue)
 	s.placeAdmitted(ctx, jobs)
-	s.writeStatus(byQueue)
+	s.writeStatus(jobs)
 }
 
 // summary is the job's task counts, read from the cache once per cycle.
@@ -313,7 +334,10 @@ func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) 
 }
 
 // admit asks the coordinator for every job of an owned queue that has no
-// reservation yet, queues in fair-share order, jobs by priority then age.
+// reservation yet. Queues go in fair-share order, jobs by priority then age;
+// a queue's jobs are reserved one after another (so priority holds within
+// the queue) while up to AdmitParallelism queues are in flight at once (the
+// coordinator client batches their calls).
 func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	queues := make([]string, 0, len(byQueue))
 	for q := range byQueue {
@@ -326,6 +350,8 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 		}
 		return queues[a] < queues[b]
 	})
+	// Work out, on the loop goroutine, what each job would reserve.
+	var work [][]admitReq
 	for _, q := range queues {
 		js := byQueue[q]
 		sort.SliceStable(js, func(a, b int) bool {
@@ -334,6 +360,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			}
 			return js[a].Created.Before(js[b].Created)
 		})
+		var reqs []admitReq
 		for _, j := range js {
 			s.mu.Lock()
 			_, done := s.admitted[j.UID]
@@ -346,50 +373,85 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			if !ok {
 				continue // not all gang members exist yet
 			}
-			actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
-				attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
-			cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
-			t0 := time.Now()
-			_, err := s.deps.Quota.Reserve(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, amount)
-			s.hist.reserve.Observe(time.Since(t0).Seconds())
-			cancel()
-			span.SetAttributes(attribute.Bool("admitted", err == nil))
-			span.End()
-			var qe *coordinator.QuotaError
-			switch {
-			case err == nil:
-				s.stats.admitted.Add(1)
-				if !j.Created.IsZero() {
-					s.hist.admissionWait.Observe(time.Since(j.Created).Seconds())
-				}
-				s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", amount.String())
-				s.mu.Lock()
-				s.admitted[j.UID] = admission{job: *j, queue: j.Queue}
-				s.mu.Unlock()
-				if j.Phase == api.JobPending || j.Phase == "" {
-					s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(bound)})
-				}
-			case errors.As(err, &qe):
-				s.stats.quotaWaits.Add(1)
-				msg := fmt.Sprintf("waiting for quota: %v", qe)
-				s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
-					Type: "Unschedulable", Status: "True", Reason: "QueueQuotaExceeded", Message: msg}}})
-				if s.rateLimited(j.UID) {
-					s.deps.Recorder.Unschedulable(j, msg)
-				}
-			default:
-				if errors.Is(err, coordinator.ErrInvalid) {
-					msg := fmt.Sprintf("cannot be admitted: %v", err)
-					s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
-						Type: "Unschedulable", Status: "True", Reason: "InvalidQueue", Message: msg}}})
-					if s.rateLimited(j.UID) {
-						s.deps.Recorder.Unschedulable(j, msg)
-					}
-				} else {
-					s.log.Warn("reserve failed", "job", j.Key(), "err", err)
+			reqs = append(reqs, admitReq{job: j, amount: amount, bound: bound})
+		}
+		if len(reqs) > 0 {
+			work = append(work, reqs)
+		}
+	}
+	if len(work) == 0 {
+		return
+	}
+	next := make(chan []admitReq)
+	var wg sync.WaitGroup
+	for i := 0; i < min(s.cfg.AdmitParallelism, len(work)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for reqs := range next {
+				for _, r := range reqs {
+					s.reserve(ctx, r)
 				}
 			}
+		}()
+	}
+	for _, reqs := range work {
+		next <- reqs
+	}
+	close(next)
+	wg.Wait()
+}
+
+type admitReq struct {
+	job    *api.Job
+	amount api.Resource
+	bound  int
+}
+
+// reserve asks the coordinator for one job's reservation and records the
+// answer. Called concurrently by admit's workers.
+func (s *Scheduler) reserve(ctx context.Context, r admitReq) {
+	j := r.job
+	actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
+		attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
+	cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
+	t0 := time.Now()
+	_, err := s.deps.Quota.Reserve(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, r.amount)
+	s.hist.reserve.Observe(time.Since(t0).Seconds())
+	cancel()
+	span.SetAttributes(attribute.Bool("admitted", err == nil))
+	span.End()
+	var qe *coordinator.QuotaError
+	switch {
+	case err == nil:
+		s.stats.admitted.Add(1)
+		if !j.Created.IsZero() {
+			s.hist.admissionWait.Observe(s.since(j.Created).Seconds())
 		}
+		s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", r.amount.String())
+		s.mu.Lock()
+		s.admitted[j.UID] = admission{job: *j, queue: j.Queue}
+		s.mu.Unlock()
+		if j.Phase == api.JobPending || j.Phase == "" {
+			s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
+		}
+	case errors.As(err, &qe):
+		s.stats.quotaWaits.Add(1)
+		msg := fmt.Sprintf("waiting for quota: %v", qe)
+		s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+			Type: "Unschedulable", Status: "True", Reason: "QueueQuotaExceeded", Message: msg}}})
+		if s.rateLimited(j.UID) {
+			s.deps.Recorder.Unschedulable(j, msg)
+		}
+	case errors.Is(err, coordinator.ErrInvalid):
+		msg := fmt.Sprintf("cannot be admitted: %v", err)
+		s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+			Type: "Unschedulable", Status: "True", Reason: "InvalidQueue", Message: msg}}})
+		if s.rateLimited(j.UID) {
+			s.deps.Recorder.Unschedulable(j, msg)
+		}
+	default:
+		s.log.Warn("reserve failed", "job", j.Key(), "err", err)
 	}
 }
 
@@ -417,31 +479,6 @@ func (s *Scheduler) gangAmount(j *api.Job, pending []*api.Task, bound int) (api.
 	return sum, true
 }
 
-// queueShares is each owned queue's dominant share of what its bound tasks
-// use against its deserved resources (or, unset, the cluster), divided by
-// its weight: lower goes first.
-func (s *Scheduler) queueShares(byQueue map[string][]*api.Job) map[string]float64 {
-	total := api.Resource{}
-	for _, n := range s.snap.Nodes() {
-		total, _ = total.Add(n.Node.Allocatable)
-	}
-	out := map[string]float64{}
-	for q, js := range byQueue {
-		used := api.Resource{}
-		for _, j := range js {
-			used, _ = used.Add(s.summary(j).Allocated)
-		}
-		share := 0.0
-		for _, d := range []string{api.CPU, api.Memory} {
-			if tot := total.Get(d); tot > 0 {
-				share = max(share, float64(used.Get(d))/float64(tot))
-			}
-		}
-		out[q] = share
-	}
-	return out
-}
-
 // placeAdmitted places the pending tasks of admitted jobs on this shard's
 // nodes: a gang not yet running needs minMember tasks placed at once.
 func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
@@ -449,7 +486,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	if len(nodes) == 0 {
 		return
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	for _, j := range jobs {
 		s.mu.Lock()
 		_, ok := s.admitted[j.UID]
@@ -551,7 +588,7 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		s.mu.Lock()
 		delete(s.inflight, r.task.UID)
 		if err != nil {
-			s.backoff[r.task.UID] = time.Now().Add(s.cfg.BindBackoff)
+			s.backoff[r.task.UID] = s.cfg.Now().Add(s.cfg.BindBackoff)
 		} else {
 			delete(s.backoff, r.task.UID)
 		}
@@ -564,7 +601,7 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		}
 		s.stats.binds.Add(1)
 		if !r.task.Created.IsZero() {
-			s.hist.submitToBind.Observe(time.Since(r.task.Created).Seconds())
+			s.hist.submitToBind.Observe(s.since(r.task.Created).Seconds())
 		}
 		s.deps.Recorder.Scheduled(&r.task, r.node)
 	}
@@ -584,6 +621,15 @@ func (s *Scheduler) maybeConfirm(ctx context.Context, j *api.Job, bound int) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	_, err := s.deps.Quota.Confirm(cctx, j.UID)
 	cancel()
+	if errors.Is(err, coordinator.ErrNotFound) {
+		// The tentative reservation went with an expired shard session:
+		// forget it, so the next cycle reserves again (bound tasks included).
+		s.log.Warn("reservation lost before confirm; admitting again", "job", j.Key())
+		s.mu.Lock()
+		delete(s.admitted, j.UID)
+		s.mu.Unlock()
+		return
+	}
 	if err != nil {
 		s.log.Warn("confirm failed", "job", j.Key(), "err", err)
 		return
@@ -633,29 +679,6 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 	}
 }
 
-// writeStatus hands each owned queue's status to the batcher.
-func (s *Scheduler) writeStatus(byQueue map[string][]*api.Job) {
-	for q, js := range byQueue {
-		st := api.QueueStatus{}
-		for _, j := range js {
-			pending, bound, _ := s.jobTasks(j)
-			st.Allocated, _ = st.Allocated.Add(s.summary(j).Allocated)
-			s.mu.Lock()
-			_, adm := s.admitted[j.UID]
-			s.mu.Unlock()
-			switch {
-			case bound >= int(max(j.MinMember, 1)):
-				st.Running++
-			case adm:
-				st.Inqueue++
-			case len(pending) > 0 || j.Phase == api.JobPending:
-				st.Pending++
-			}
-		}
-		s.deps.Status.SetQueue(q, st)
-	}
-}
-
 // pruneEvery is how many cycles pass between prunes of per-task state.
 const pruneEvery = 50
 
@@ -685,10 +708,10 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 func (s *Scheduler) rateLimited(uid string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t, ok := s.lastEvent[uid]; ok && time.Since(t) < 5*time.Second {
+	if t, ok := s.lastEvent[uid]; ok && s.since(t) < 5*time.Second {
 		return false
 	}
-	s.lastEvent[uid] = time.Now()
+	s.lastEvent[uid] = s.cfg.Now()
 	return true
 }
 
@@ -704,7 +727,7 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 	for _, j := range jobs {
 		have[j.Namespace+"/"+j.Name] = true
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	for k, t := range s.groupOps {
 		if now.Sub(t) > 2*time.Second {
 			delete(s.groupOps, k)
@@ -746,7 +769,7 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 		if sum.Pending+sum.Bound+sum.Done > 0 {
 			continue
 		}
-		if time.Since(j.Created) < 2*time.Second {
+		if s.since(j.Created) < 2*time.Second {
 			continue // give a new group's first pod time to show up
 		}
 		if _, recent := s.groupOps[j.UID]; recent {

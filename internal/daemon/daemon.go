@@ -102,7 +102,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		return err
 	}
 	qcfg := coordinator.DefaultClientConfig()
-	qcfg.Prefix, qcfg.Shard, qcfg.Lease, qcfg.Tracer = ccfg.Prefix, opts.Name, sh.Lease(), opts.Tracer
+	qcfg.Prefix, qcfg.Shard, qcfg.LeaseFunc, qcfg.Tracer = ccfg.Prefix, opts.Name, sh.Lease, opts.Tracer
 	quota, err := coordinator.NewClient(cli, qcfg)
 	if err != nil {
 		return err
@@ -129,6 +129,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	rec := kube.NewRecorder(cs, opts.Scheduler.SchedulerName)
 	defer rec.Shutdown()
 
+	var sched *scheduler.Scheduler // set before the source starts
 	var treeMu sync.Mutex
 	pushTree := make(chan []api.QueueSpec, 1)
 	onQueues := func(specs []api.QueueSpec) {
@@ -138,6 +139,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 			return
 		}
 		sh.SetQueues(tree.Names())
+		sched.SetTree(tree)
 		treeMu.Lock()
 		select {
 		case <-pushTree:
@@ -151,7 +153,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	schedCfg := opts.Scheduler
 	schedCfg.Logger = log
 	schedCfg.Tracer = opts.Tracer
-	sched, err := scheduler.New(schedCfg, scheduler.Deps{
+	sched, err = scheduler.New(schedCfg, scheduler.Deps{
 		Cache: c, Ownership: sh, Quota: quota, Binder: kube.NewBinder(cs), Recorder: rec, Status: batcher, Groups: kube.NewGroups(vc),
 	})
 	if err != nil {

@@ -212,6 +212,16 @@ func TestF5SeedScenario(t *testing.T) {
 	if n := ev.nodeOf("job-2-0"); n != "" {
 		t.Fatalf("job-2 bound to %s while test-root is full", n)
 	}
+	// The parent queue's status rolls up its children: job-1's 2 CPU are
+	// allocated on test-root, job-1 runs and job-2 waits below it.
+	ev.eventually("test-root's status shows its children's jobs", 30*time.Second, func() bool {
+		q, err := ev.vc.SchedulingV1beta1().Queues().Get(context.Background(), "test-root", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		cpu := q.Status.Allocated[corev1.ResourceCPU]
+		return cpu.MilliValue() == 2000 && q.Status.Running == 1 && q.Status.Pending == 1
+	})
 	// job-1 ends: its pod and PodGroup go away.
 	ctx := context.Background()
 	zero := int64(0)
@@ -437,5 +447,13 @@ func TestMetricsExistAndMove(t *testing.T) {
 			now["shardsched_status_writes_total"] > before["shardsched_status_writes_total"] &&
 			now["shardsched_submit_to_bind_seconds_count"] > before["shardsched_submit_to_bind_seconds_count"] &&
 			now["shardsched_reservation_seconds_count"] > before["shardsched_reservation_seconds_count"]
+	})
+	// Queue gauges: the bound CPU shows on the leaf and, rolled up, on the
+	// root (both owned by the only shard).
+	ev.eventually("queue allocated gauges show the bound pod on default and root", 30*time.Second, func() bool {
+		now := ev.scrape()
+		return now[`shardsched_queue_allocated{queue="default",resource="cpu"}`] >= 1 &&
+			now[`shardsched_queue_allocated{queue="root",resource="cpu"}`] >= 1 &&
+			now[`shardsched_queue_jobs{queue="root",state="running"}`] >= 1
 	})
 }

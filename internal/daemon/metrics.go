@@ -3,6 +3,8 @@ package daemon
 import (
 	"net/http"
 
+	"github.com/shardsched/shardsched/api"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -42,7 +44,71 @@ func (d *Daemon) registerMetrics() *prometheus.Registry {
 	counter("admission_waits_total", "Admissions refused for lack of quota.", func() float64 { return float64(st().QuotaWaits) })
 	counter("cycles_total", "Scheduling cycles run.", func() float64 { return float64(st().Cycles) })
 	counter("coordinator_groups_total", "Groups committed while leading.", func() float64 { return float64(d.Coord.Stats().Groups) })
+	reg.MustRegister(newQueueCollector(d))
 	return reg
+}
+
+// queueCollector exports the queues this shard owns: CPU in cores, memory
+// in bytes, other resources as counted.
+type queueCollector struct {
+	d                                     *Daemon
+	allocated, capability, deserved, jobs *prometheus.Desc
+}
+
+func newQueueCollector(d *Daemon) queueCollector {
+	desc := func(name, help, label string) *prometheus.Desc {
+		return prometheus.NewDesc("shardsched_queue_"+name, help, []string{"queue", label}, nil)
+	}
+	return queueCollector{d: d,
+		allocated:  desc("allocated", "Resources bound to the queue's pods (and its descendants'), per resource; exported by the queue's owner. CPU in cores.", "resource"),
+		capability: desc("capability", "The queue's hard limit per resource (absent: unlimited). CPU in cores.", "resource"),
+		deserved:   desc("deserved", "The queue's deserved share per resource. CPU in cores.", "resource"),
+		jobs:       desc("jobs", "The queue's jobs by state (pending, inqueue, running).", "state"),
+	}
+}
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.allocated
+	ch <- c.capability
+	ch <- c.deserved
+	ch <- c.jobs
+}
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	tree := c.d.sched.Tree()
+	for q, st := range c.d.sched.QueueStatuses() {
+		for _, dim := range st.Allocated.Dims() {
+			if dim == api.Pods {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(c.allocated, prometheus.GaugeValue, unit(dim, st.Allocated.Get(dim)), q, dim)
+		}
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(st.Pending), q, "pending")
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(st.Inqueue), q, "inqueue")
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(st.Running), q, "running")
+		if tree == nil {
+			continue
+		}
+		spec, ok := tree.Get(q)
+		if !ok {
+			continue
+		}
+		for _, dim := range spec.Capability.Dims() {
+			v, _ := spec.Capability.Get(dim)
+			ch <- prometheus.MustNewConstMetric(c.capability, prometheus.GaugeValue, unit(dim, v), q, dim)
+		}
+		for _, dim := range spec.Deserved.Dims() {
+			ch <- prometheus.MustNewConstMetric(c.deserved, prometheus.GaugeValue, unit(dim, spec.Deserved.Get(dim)), q, dim)
+		}
+	}
+}
+
+// unit converts the API's integer amounts to Prometheus base units.
+func unit(dim string, v int64) float64 {
+	if dim == api.CPU {
+		return float64(v) / 1000
+	}
+	return float64(v)
 }
 
 // Handler serves /metrics, /healthz and /readyz.

@@ -96,6 +96,11 @@ func (w *StatusWriter) WriteQueueStatus(ctx context.Context, queue string, st ap
 		return err
 	}
 	_, err = w.vc.SchedulingV1beta1().Queues().Patch(ctx, queue, types.ApplyPatchType, b, w.opts(), "status")
+	if apierrors.IsNotFound(err) {
+		// A queue with no object (root or default when nobody declared
+		// them) has nowhere to show status; retrying would not help.
+		return nil
+	}
 	return wrapConflict(err)
 }
 
