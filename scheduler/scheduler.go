@@ -154,14 +154,14 @@ type Scheduler struct {
 	stats struct{ cycles, binds, bindFailures, admitted, quotaWaits atomic.Int64 }
 	hist  histograms
 
-	mu        sync.Mutex           // guards the fields below
-	tree      *api.Tree            // queue hierarchy (SetTree); nil until known
+	mu        sync.Mutex                 // guards the fields below
+	tree      *api.Tree                  // queue hierarchy (SetTree); nil until known
 	queueStat map[string]api.QueueStatus // owned queue → last status written
-	admitted  map[string]admission // job UID → its reservation
-	backoff   map[string]time.Time // task UID → not before
-	inflight  map[string]string    // task UID → node, bind in progress
-	confirmed map[string]bool      // job UID → reservation confirmed
-	lastEvent map[string]time.Time // task or job UID → last FailedScheduling/Unschedulable
+	admitted  map[string]admission       // job UID → its reservation
+	backoff   map[string]time.Time       // task UID → not before
+	inflight  map[string]string          // task UID → node, bind in progress
+	confirmed map[string]bool            // job UID → reservation confirmed
+	lastEvent map[string]time.Time       // task or job UID → last FailedScheduling/Unschedulable
 }
 
 type admission struct {
