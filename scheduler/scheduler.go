@@ -211,6 +211,24 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 
 // Run runs the bind workers and the scheduling loop until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
+	wait := s.StartBinders(ctx)
+	tick := time.NewTicker(s.cfg.CycleInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wait()
+			return nil
+		case <-tick.C:
+			s.Cycle(ctx)
+		}
+	}
+}
+
+// StartBinders starts only the bind workers, for a caller that drives
+// Cycle itself (the simulated bench); they stop when ctx ends, and wait
+// returns once they have.
+func (s *Scheduler) StartBinders(ctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
 	for i := 0; i < s.cfg.BindWorkers; i++ {
 		wg.Add(1)
@@ -219,17 +237,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			s.bindWorker(ctx)
 		}()
 	}
-	tick := time.NewTicker(s.cfg.CycleInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return nil
-		case <-tick.C:
-			s.Cycle(ctx)
-		}
-	}
+	return wg.Wait
+}
+
+// BindsInFlight is the number of binds queued or in progress.
+func (s *Scheduler) BindsInFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inflight)
 }
 
 type histograms struct {
