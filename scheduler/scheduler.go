@@ -79,9 +79,10 @@ type Config struct {
 	// means time.Now. The simulated bench runs the scheduler on a virtual
 	// clock through it.
 	Now func() time.Time
-	// AdmitParallelism bounds the queues whose reservations are in flight
-	// at once (a queue's own jobs are reserved one after another, in
-	// priority order). 0 means 32.
+	// AdmitParallelism bounds the coordinator calls in flight at once:
+	// reservations of different queues (a queue's own jobs are reserved
+	// one after another, in priority order), confirms and releases. 0
+	// means 32.
 	AdmitParallelism int
 }
 
@@ -394,27 +395,11 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			work = append(work, reqs)
 		}
 	}
-	if len(work) == 0 {
-		return
-	}
-	next := make(chan []admitReq)
-	var wg sync.WaitGroup
-	for i := 0; i < min(s.cfg.AdmitParallelism, len(work)); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for reqs := range next {
-				for _, r := range reqs {
-					s.reserve(ctx, r)
-				}
-			}
-		}()
-	}
-	for _, reqs := range work {
-		next <- reqs
-	}
-	close(next)
-	wg.Wait()
+	parallel(work, s.cfg.AdmitParallelism, func(reqs []admitReq) {
+		for _, r := range reqs {
+			s.reserve(ctx, r)
+		}
+	})
 }
 
 type admitReq struct {
@@ -502,6 +487,10 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		return
 	}
 	now := s.cfg.Now()
+	var confirms []confirmReq
+	defer func() {
+		parallel(confirms, s.cfg.AdmitParallelism, func(c confirmReq) { s.confirm(ctx, c.job, c.bound) })
+	}()
 	for _, j := range jobs {
 		s.mu.Lock()
 		_, ok := s.admitted[j.UID]
@@ -523,7 +512,9 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		}
 		s.mu.Unlock()
 		if len(ready) == 0 {
-			s.maybeConfirm(ctx, j, bound)
+			if s.needsConfirm(j, bound) {
+				confirms = append(confirms, confirmReq{job: j, bound: bound})
+			}
 			continue
 		}
 		need := int(j.MinMember) - bound
@@ -622,17 +613,49 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 	}
 }
 
-// maybeConfirm confirms a job's reservation once its gang is bound.
-func (s *Scheduler) maybeConfirm(ctx context.Context, j *api.Job, bound int) {
-	if bound < int(max(j.MinMember, 1)) {
+type confirmReq struct {
+	job   *api.Job
+	bound int
+}
+
+// parallel calls f for every item with at most n calls at once, and
+// returns when all have.
+func parallel[T any](items []T, n int, f func(T)) {
+	if len(items) == 0 {
 		return
+	}
+	next := make(chan T)
+	var wg sync.WaitGroup
+	for i := 0; i < min(n, len(items)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range next {
+				f(it)
+			}
+		}()
+	}
+	for _, it := range items {
+		next <- it
+	}
+	close(next)
+	wg.Wait()
+}
+
+// needsConfirm reports whether a job's gang is bound and its reservation
+// not yet confirmed.
+func (s *Scheduler) needsConfirm(j *api.Job, bound int) bool {
+	if bound < int(max(j.MinMember, 1)) {
+		return false
 	}
 	s.mu.Lock()
-	done := s.confirmed[j.UID]
-	s.mu.Unlock()
-	if done {
-		return
-	}
+	defer s.mu.Unlock()
+	return !s.confirmed[j.UID]
+}
+
+// confirm confirms a job's reservation once its gang is bound. Called
+// concurrently for different jobs.
+func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	_, err := s.deps.Quota.Confirm(cctx, j.UID)
 	cancel()
@@ -679,19 +702,19 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 			s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobCompleted, Succeeded: int32(done)})
 		}
 	}
-	for _, uid := range gone {
+	parallel(gone, s.cfg.AdmitParallelism, func(uid string) {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 		_, err := s.deps.Quota.Release(cctx, uid)
 		cancel()
 		if err != nil {
 			s.log.Warn("release failed", "job uid", uid, "err", err)
-			continue
+			return
 		}
 		s.mu.Lock()
 		delete(s.admitted, uid)
 		delete(s.confirmed, uid)
 		s.mu.Unlock()
-	}
+	})
 }
 
 // pruneEvery is how many cycles pass between prunes of per-task state.
