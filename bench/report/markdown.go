@@ -1,0 +1,288 @@
+package report
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Markdown renders the report: header, targets, one results row per run,
+// chaos recoveries, notes, and the plots. The plots are linked by file
+// name, as Write places them next to report.md; Markdown itself writes
+// nothing. The output depends only on r.
+func (r Report) Markdown() string {
+	var b strings.Builder
+	title := oneLine(r.Title)
+	if title == "" {
+		title = "Bench report"
+	}
+	fmt.Fprintf(&b, "# %s\n\n", title)
+	if r.Command != "" {
+		fmt.Fprintf(&b, "- Command: %s\n", codeSpan(r.Command))
+	}
+	if r.Machine != "" {
+		fmt.Fprintf(&b, "- Machine: %s\n", oneLine(r.Machine))
+	}
+	if !r.Started.IsZero() {
+		fmt.Fprintf(&b, "- Started: %s\n", r.Started.UTC().Format(time.RFC3339))
+	}
+	b.WriteString("\n")
+	r.writeTargets(&b)
+	r.writeResults(&b)
+	r.writeChaos(&b)
+	r.writeNotes(&b)
+	r.writePlots(&b)
+	return b.String()
+}
+
+func (r Report) writeTargets(b *strings.Builder) {
+	b.WriteString("## Targets\n\n")
+	if len(r.Targets) == 0 {
+		b.WriteString("No targets.\n\n")
+		return
+	}
+	rows := make([][]string, len(r.Targets))
+	for i, t := range r.Targets {
+		met := "❌"
+		if t.Met {
+			met = "✅"
+		}
+		rows[i] = []string{t.Name, t.Goal, t.Value, met, t.Why}
+	}
+	writeTable(b, []column{{name: "Target"}, {name: "Goal"}, {name: "Value"}, {name: "Met"}, {name: "Why"}}, rows)
+}
+
+func (r Report) writeResults(b *strings.Builder) {
+	b.WriteString("## Results\n\n")
+	if len(r.Runs) == 0 {
+		b.WriteString("No runs.\n\n")
+		return
+	}
+	cols := []column{
+		{name: "Run"}, {name: "Mode"}, {name: "Scenario"}, {name: "Tier"}, {name: "System"},
+		{name: "Shards", right: true}, {name: "Pods", right: true}, {name: "Unbound", right: true},
+		{name: "Pods/s", right: true}, {name: "vs baseline", right: true},
+		{name: "p50 (s)", right: true}, {name: "p99 (s)", right: true}, {name: "Max (s)", right: true},
+		{name: "CPU s / 1000 pods", right: true}, {name: "Util %", right: true},
+		{name: "Max fair-share error", right: true}, {name: "API writes/pod", right: true},
+		{name: "Status writes", right: true}, {name: "Conflicts", right: true},
+		{name: "Peak RSS MiB", right: true}, {name: "RSS growth %", right: true},
+		{name: "Invariants"}, {name: "Status"},
+	}
+	rows := make([][]string, len(r.Runs))
+	for i, run := range r.Runs {
+		shards := "–"
+		if run.Shards != 0 {
+			shards = strconv.Itoa(run.Shards)
+		}
+		status := "ok"
+		if run.Failed() {
+			status = "**FAILED**"
+		}
+		rows[i] = []string{
+			run.Name, run.Mode, run.Scenario, run.Tier, run.System,
+			shards, strconv.Itoa(run.Pods), strconv.Itoa(run.Unbound),
+			num(run.PodsPerSec), r.vsBaseline(i),
+			num(run.LatencyP50), num(run.LatencyP99), num(run.LatencyMax),
+			num(run.CPUSecondsPer1000), num(run.Utilization * 100),
+			num(run.MaxFairShareError), num(run.APIWritesPerPod),
+			strconv.FormatInt(run.StatusWrites, 10), strconv.FormatInt(run.StatusConflicts, 10),
+			num(run.PeakRSSMiB), num(run.RSSGrowthPct),
+			invariantsCell(run), status,
+		}
+	}
+	writeTable(b, cols, rows)
+	b.WriteString("“vs baseline” is pods/s relative to the first run of the same mode, scenario and tier. " +
+		"A run fails when any invariant is non-zero or a chaos run lost an admitted job.\n\n")
+}
+
+// vsBaseline is the pods/s of run i over that of the first run with the
+// same mode, scenario and tier.
+func (r Report) vsBaseline(i int) string {
+	run := r.Runs[i]
+	base := i
+	for j, o := range r.Runs[:i] {
+		if o.Mode == run.Mode && o.Scenario == run.Scenario && o.Tier == run.Tier {
+			base = j
+			break
+		}
+	}
+	bv := r.Runs[base].PodsPerSec
+	if !(bv > 0) || !finite(bv) || !finite(run.PodsPerSec) {
+		if base == i {
+			return "baseline"
+		}
+		return "n/a"
+	}
+	ratio := strconv.FormatFloat(run.PodsPerSec/bv, 'f', 2, 64) + "×"
+	if base == i {
+		return ratio + " (baseline)"
+	}
+	return ratio
+}
+
+// invariantsCell lists the broken invariants, "0" when none is; a chaos
+// run's lost admitted jobs count even when Invariants does not repeat them.
+func invariantsCell(r Run) string {
+	bad := make(map[string]int64)
+	for k, n := range r.Invariants {
+		if n != 0 {
+			bad[k] = n
+		}
+	}
+	if r.Chaos != nil && r.Chaos.AdmittedJobsLost != 0 && bad["admitted_jobs_lost"] == 0 {
+		bad["admitted_jobs_lost"] = int64(r.Chaos.AdmittedJobsLost)
+	}
+	if len(bad) == 0 {
+		return "0"
+	}
+	parts := make([]string, 0, len(bad))
+	for _, k := range slices.Sorted(maps.Keys(bad)) {
+		parts = append(parts, k+"="+strconv.FormatInt(bad[k], 10))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (r Report) writeChaos(b *strings.Builder) {
+	if !slices.ContainsFunc(r.Runs, func(run Run) bool { return run.Chaos != nil }) {
+		return
+	}
+	b.WriteString("## Chaos\n\n")
+	for _, run := range r.Runs {
+		if run.Chaos == nil {
+			continue
+		}
+		fmt.Fprintf(b, "### %s\n\n", oneLine(run.Name))
+		fmt.Fprintf(b, "Admitted jobs lost: %d\n\n", run.Chaos.AdmittedJobsLost)
+		if len(run.Chaos.Events) == 0 {
+			b.WriteString("No faults were injected.\n\n")
+			continue
+		}
+		rows := make([][]string, len(run.Chaos.Events))
+		for i, e := range run.Chaos.Events {
+			rows[i] = []string{num(e.At), e.What, recovery(e.OwnersBackAfter), recovery(e.ThroughputBackAfter)}
+		}
+		writeTable(b, []column{
+			{name: "At (s)", right: true}, {name: "Fault"},
+			{name: "Owners back after (s)", right: true}, {name: "Throughput back after (s)", right: true},
+		}, rows)
+	}
+}
+
+func recovery(v float64) string {
+	if v < 0 {
+		return "never"
+	}
+	return num(v)
+}
+
+func (r Report) writeNotes(b *strings.Builder) {
+	items := slices.Clone(r.Notes)
+	for _, run := range r.Runs {
+		for _, n := range run.Notes {
+			items = append(items, "**"+oneLine(run.Name)+"**: "+n)
+		}
+	}
+	if len(items) == 0 {
+		return
+	}
+	b.WriteString("## Notes\n\n")
+	for _, it := range items {
+		// Continuation lines stay inside the list item.
+		fmt.Fprintf(b, "- %s\n", strings.ReplaceAll(strings.TrimSpace(it), "\n", "\n  "))
+	}
+	b.WriteString("\n")
+}
+
+func (r Report) writePlots(b *strings.Builder) {
+	cs := r.charts()
+	if len(cs) == 0 {
+		return
+	}
+	b.WriteString("## Plots\n\n")
+	alt := strings.NewReplacer("[", `\[`, "]", `\]`)
+	for _, c := range cs {
+		fmt.Fprintf(b, "![%s](%s)\n\n", alt.Replace(oneLine(c.title)), c.file)
+	}
+}
+
+type column struct {
+	name  string
+	right bool // numbers: right-aligned
+}
+
+func writeTable(b *strings.Builder, cols []column, rows [][]string) {
+	b.WriteString("|")
+	for _, c := range cols {
+		fmt.Fprintf(b, " %s |", c.name)
+	}
+	b.WriteString("\n|")
+	for _, c := range cols {
+		if c.right {
+			b.WriteString(" ---: |")
+		} else {
+			b.WriteString(" --- |")
+		}
+	}
+	b.WriteString("\n")
+	for _, row := range rows {
+		b.WriteString("|")
+		for _, v := range row {
+			fmt.Fprintf(b, " %s |", cell(v))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+var cellEscaper = strings.NewReplacer("|", `\|`)
+
+// cell makes s safe inside a table cell: one line, pipes escaped.
+func cell(s string) string { return cellEscaper.Replace(oneLine(s)) }
+
+// oneLine collapses every run of white space, newlines included, into one
+// space.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// codeSpan quotes s as inline code, with a fence longer than any run of
+// backticks inside it.
+func codeSpan(s string) string {
+	s = oneLine(s)
+	longest, run := 0, 0
+	for _, c := range s {
+		if c == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	fence := strings.Repeat("`", longest+1)
+	if longest > 0 {
+		return fence + " " + s + " " + fence
+	}
+	return fence + s + fence
+}
+
+// num formats a measurement with about three significant digits and no
+// exponent for the values a bench produces.
+func num(v float64) string {
+	if !finite(v) {
+		return "n/a"
+	}
+	a := math.Abs(v)
+	switch {
+	case v == 0:
+		return "0"
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 0.001:
+		return strconv.FormatFloat(v, 'f', 2-int(math.Floor(math.Log10(a))), 64)
+	default:
+		return strconv.FormatFloat(v, 'e', 2, 64)
+	}
+}
