@@ -59,6 +59,8 @@ type Recorder interface {
 type Status interface {
 	SetQueue(queue string, st api.QueueStatus)
 	SetPodGroup(namespace, name, uid string, st api.JobStatus)
+	// ForgetPodGroup drops what is remembered of a PodGroup that is gone.
+	ForgetPodGroup(uid string) <-chan struct{}
 }
 
 // Config tunes the scheduler. Use DefaultConfig.
@@ -163,6 +165,7 @@ type Scheduler struct {
 	inflight  map[string]string          // task UID → node, bind in progress
 	confirmed map[string]bool            // job UID → reservation confirmed
 	lastEvent map[string]time.Time       // task or job UID → last FailedScheduling/Unschedulable
+	statusOf  map[string]bool            // job UIDs whose PodGroup status was handed to Status
 }
 
 type admission struct {
@@ -206,7 +209,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		binds:    make(chan bindReq, 4096),
 		groupOps: map[string]time.Time{}, summaries: map[string]cache.JobSummary{},
 		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
-		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{},
+		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{}, statusOf: map[string]bool{}, queueStat: map[string]api.QueueStatus{},
 	}, nil
 }
 
@@ -433,19 +436,19 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) {
 		s.admitted[j.UID] = admission{job: *j, queue: j.Queue}
 		s.mu.Unlock()
 		if j.Phase == api.JobPending || j.Phase == "" {
-			s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
+			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
 		}
 	case errors.As(err, &qe):
 		s.stats.quotaWaits.Add(1)
 		msg := fmt.Sprintf("waiting for quota: %v", qe)
-		s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
 			Type: "Unschedulable", Status: "True", Reason: "QueueQuotaExceeded", Message: msg}}})
 		if s.rateLimited(j.UID) {
 			s.deps.Recorder.Unschedulable(j, msg)
 		}
 	case errors.Is(err, coordinator.ErrInvalid):
 		msg := fmt.Sprintf("cannot be admitted: %v", err)
-		s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
 			Type: "Unschedulable", Status: "True", Reason: "InvalidQueue", Message: msg}}})
 		if s.rateLimited(j.UID) {
 			s.deps.Recorder.Unschedulable(j, msg)
@@ -675,7 +678,7 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 	s.mu.Lock()
 	s.confirmed[j.UID] = true
 	s.mu.Unlock()
-	s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobRunning, Running: int32(bound)})
+	s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobRunning, Running: int32(bound)})
 }
 
 // releaseGone releases reservations of jobs that no longer exist (matched
@@ -699,7 +702,7 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 		pending, bound, done := s.jobTasks(j)
 		if len(pending) == 0 && bound == 0 && done >= int(max(j.MinMember, 1)) {
 			gone = append(gone, j.UID)
-			s.deps.Status.SetPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobCompleted, Succeeded: int32(done)})
+			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobCompleted, Succeeded: int32(done)})
 		}
 	}
 	parallel(gone, s.cfg.AdmitParallelism, func(uid string) {
@@ -740,6 +743,23 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 			delete(s.lastEvent, uid)
 		}
 	}
+	// The batcher remembers the last status written per PodGroup; a gone
+	// PodGroup's entry would stay forever.
+	for uid := range s.statusOf {
+		if !liveJobs[uid] {
+			delete(s.statusOf, uid)
+			s.deps.Status.ForgetPodGroup(uid)
+		}
+	}
+}
+
+// setPodGroup hands a PodGroup's status to Status and remembers that it
+// did, so prune can make Status forget it once the PodGroup is gone.
+func (s *Scheduler) setPodGroup(namespace, name, uid string, st api.JobStatus) {
+	s.mu.Lock()
+	s.statusOf[uid] = true
+	s.mu.Unlock()
+	s.deps.Status.SetPodGroup(namespace, name, uid, st)
 }
 
 // rateLimited reports whether an event for uid may be sent now (one per 5 s).

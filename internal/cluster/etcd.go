@@ -13,8 +13,9 @@ import (
 // Etcd is an in-process etcd server.
 type Etcd struct {
 	Endpoints []string
-	dir       string
+	dir       string // removed on Close when owned
 	e         *embed.Etcd
+	cfg       *embed.Config
 }
 
 // EtcdOptions tunes the embedded etcd.
@@ -88,11 +89,39 @@ func startEtcdOnce(opts EtcdOptions) (*Etcd, error) {
 		}
 		return nil, fmt.Errorf("embedded etcd not ready after 30s")
 	}
-	out := &Etcd{Endpoints: []string{cu.String()}, e: e}
+	out := &Etcd{Endpoints: []string{cu.String()}, e: e, cfg: cfg}
 	if owned {
 		out.dir = dir
 	}
 	return out, nil
+}
+
+// Restart stops etcd and starts it again on the same ports and data, as an
+// operator restarting the coordinator's etcd would (clients reconnect).
+func (e *Etcd) Restart() error {
+	if e == nil || e.e == nil {
+		return fmt.Errorf("etcd is not running")
+	}
+	e.e.Close()
+	<-e.e.Server.StopNotify()
+	e.e = nil
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		var ne *embed.Etcd
+		ne, err = embed.StartEtcd(e.cfg)
+		if err == nil {
+			select {
+			case <-ne.Server.ReadyNotify():
+				e.e = ne
+				return nil
+			case <-time.After(30 * time.Second):
+				ne.Close()
+				return fmt.Errorf("restarted etcd not ready after 30s")
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // the old listeners may linger a moment
+	}
+	return fmt.Errorf("restart etcd: %w", err)
 }
 
 // Close stops etcd and removes a temporary data directory.
