@@ -1,0 +1,548 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/cache"
+)
+
+// Cluster is the simulated API server and kubelets: the truth about nodes,
+// pods and PodGroups, fanned out to every subscribed shard cache the way
+// informers would deliver it (in order, per object). It checks the
+// invariants on every write. Safe for concurrent use.
+type Cluster struct {
+	start time.Time
+	now   atomic.Int64 // virtual clock, ns since start
+
+	mu       sync.Mutex
+	caches   []*cache.Cache
+	nodes    map[string]*simNode
+	nodeList []string // creation order
+	pods     map[string]*simPod
+	jobs     map[string]*simJob
+	ends     endHeap // bound pods by end time
+	uid      int64
+	gpuEvery int
+	// queue paths (leaf first) and capabilities, for the quota invariant
+	paths map[string][]string
+	caps  map[string]api.Limit
+	used  map[string]api.Resource // every queue level: requests of bound, running pods
+	// pendingCPU is the milli-CPU of pending pods per leaf queue.
+	pendingCPU map[string]int64
+	// queueWriters is who wrote each queue's status.
+	queueWriters map[string]map[string]bool
+
+	stats Stats
+	lat   []float64 // submit→bind, virtual seconds
+	bound []float64 // virtual time of each bind, seconds
+}
+
+// Stats are the cluster's counters.
+type Stats struct {
+	Binds, BindRefused, Events       int64
+	QueueWrites, PodGroupWrites      int64
+	QuotaOverruns, DoubleBookedNodes int64
+	PodsBoundTwice, UnfencedBinds    int64
+	Submitted, Completed, Evicted    int64
+	// WritersPerQueue and WritersPerPodGroup are the largest numbers of
+	// different shards that wrote one object's status (one writer per
+	// object: 1, more only across an ownership change).
+	WritersPerQueue, WritersPerPodGroup int
+}
+
+type simNode struct {
+	n    api.Node
+	used api.Resource
+	pods map[string]bool
+}
+
+type simPod struct {
+	t     api.Task
+	job   *simJob
+	life  time.Duration
+	end   time.Time
+	index int // in ends; -1 when not there
+}
+
+type simJob struct {
+	j       api.Job
+	pods    map[string]*simPod
+	done    int
+	size    int
+	doneAt  time.Time
+	spec    JobSpec
+	writers map[string]bool
+}
+
+// NewCluster returns a cluster with n nodes of the workload's shape.
+func NewCluster(w *Workload, n int, tree *api.Tree) (*Cluster, error) {
+	c := &Cluster{start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nodes: map[string]*simNode{}, pods: map[string]*simPod{},
+		jobs: map[string]*simJob{}, paths: map[string][]string{}, caps: map[string]api.Limit{}, used: map[string]api.Resource{},
+		pendingCPU: map[string]int64{}, queueWriters: map[string]map[string]bool{}, gpuEvery: w.Node.GPUEvery}
+	for _, spec := range tree.Specs() {
+		p, err := tree.Path(spec.Name)
+		if err != nil {
+			return nil, err
+		}
+		c.paths[spec.Name] = p
+		c.caps[spec.Name] = spec.Capability
+	}
+	c.AddNodes(w, n)
+	return c, nil
+}
+
+// Now is the virtual clock.
+func (c *Cluster) Now() time.Time { return c.start.Add(time.Duration(c.now.Load())) }
+
+// Elapsed is the virtual time since the start.
+func (c *Cluster) Elapsed() time.Duration { return time.Duration(c.now.Load()) }
+
+func (c *Cluster) setElapsed(d time.Duration) { c.now.Store(int64(d)) }
+
+func (c *Cluster) nextUID(kind string) string {
+	c.uid++
+	return kind + "-" + strconv.FormatInt(c.uid, 36)
+}
+
+// AddNodes adds n nodes of the workload's shape.
+func (c *Cluster) AddNodes(w *Workload, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := 0; i < n; i++ {
+		idx := len(c.nodeList)
+		name := fmt.Sprintf("node-%05d", idx)
+		scal := map[string]int64{api.Pods: 110}
+		labels := map[string]string{"kubernetes.io/hostname": name}
+		if w.Node.GPUs > 0 && w.Node.GPUEvery > 0 && idx%w.Node.GPUEvery == 0 {
+			scal["nvidia.com/gpu"] = w.Node.GPUs
+			labels["accelerator"] = "gpu"
+		}
+		node := api.Node{Name: name, UID: c.nextUID("node"), Labels: labels,
+			Allocatable: api.NewResource(w.Node.CPU*1000, w.Node.MemoryGi<<30, scal)}
+		c.nodes[name] = &simNode{n: node, pods: map[string]bool{}}
+		c.nodeList = append(c.nodeList, name)
+		for _, ca := range c.caches {
+			ca.AddOrUpdateNode(node)
+		}
+	}
+}
+
+// Subscribe replays the cluster into ca and keeps it updated.
+func (c *Cluster) Subscribe(ca *cache.Cache) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, name := range c.nodeList {
+		if n, ok := c.nodes[name]; ok {
+			ca.AddOrUpdateNode(n.n)
+		}
+	}
+	for _, j := range c.jobs {
+		ca.AddOrUpdateJob(j.j)
+	}
+	for _, p := range c.pods {
+		ca.AddOrUpdateTask(p.t)
+	}
+	c.caches = append(c.caches, ca)
+}
+
+// Unsubscribe stops updating ca (its shard died).
+func (c *Cluster) Unsubscribe(ca *cache.Cache) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, x := range c.caches {
+		if x == ca {
+			c.caches = append(c.caches[:i], c.caches[i+1:]...)
+			return
+		}
+	}
+}
+
+// Submit creates a job's PodGroup and pods (pending) at the current
+// virtual time.
+func (c *Cluster) Submit(js JobSpec, schedulerName string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// The job was created at its arrival time, which falls within the
+	// step that just ended.
+	now := c.start.Add(js.At)
+	if now.After(c.Now()) {
+		now = c.Now()
+	}
+	name := fmt.Sprintf("job-%d", js.Seq)
+	j := &simJob{j: api.Job{Namespace: "bench", Name: name, UID: c.nextUID("pg"), Queue: js.Queue, MinMember: int32(js.Size),
+		Phase: api.JobPending, Created: now}, pods: map[string]*simPod{}, size: js.Size, spec: js, writers: map[string]bool{}}
+	c.jobs[j.j.UID] = j
+	for _, ca := range c.caches {
+		ca.AddOrUpdateJob(j.j)
+	}
+	for i := 0; i < js.Size; i++ {
+		c.newPodLocked(j, fmt.Sprintf("%s-%d", name, i), schedulerName, now)
+	}
+	c.stats.Submitted += int64(js.Size)
+}
+
+func (c *Cluster) newPodLocked(j *simJob, name, schedulerName string, now time.Time) {
+	scal := map[string]int64{api.Pods: 1}
+	if j.spec.GPU > 0 {
+		scal["nvidia.com/gpu"] = j.spec.GPU
+	}
+	p := &simPod{job: j, life: j.spec.Lifetime, index: -1, t: api.Task{Namespace: j.j.Namespace, Name: name, UID: c.nextUID("pod"),
+		Job: j.j.Name, Request: api.NewResource(j.spec.CPU, j.spec.Memory, scal), Phase: api.TaskPending,
+		SchedulerName: schedulerName, Created: now}}
+	j.pods[p.t.UID] = p
+	c.pods[p.t.UID] = p
+	c.pendingCPU[j.j.Queue] += j.spec.CPU
+	for _, ca := range c.caches {
+		ca.AddOrUpdateTask(p.t)
+	}
+}
+
+// errBind is what the simulated API server answers to a bad bind.
+var errBind = errors.New("bind refused")
+
+// Bind binds a pod like the pods/binding subresource: the pod must exist
+// with that UID and not be bound yet; the node must exist. Like the API
+// server it does not check capacity: an overcommitted node is counted as a
+// double-booked node (an invariant). shard names the binding shard and
+// holds reports whether it holds the node's partition at the moment of the
+// bind (fencing).
+func (c *Cluster) Bind(t *api.Task, node, shard string, holds bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pods[t.UID]
+	if !ok {
+		c.stats.BindRefused++
+		return fmt.Errorf("%w: pod %s (uid %s) not found", errBind, t.Key(), t.UID)
+	}
+	if p.t.NodeName != "" {
+		c.stats.BindRefused++
+		return fmt.Errorf("%w: pod %s is already bound to %s", errBind, t.Key(), p.t.NodeName)
+	}
+	n, ok := c.nodes[node]
+	if !ok {
+		c.stats.BindRefused++
+		return fmt.Errorf("%w: node %s not found", errBind, node)
+	}
+	if !holds {
+		c.stats.UnfencedBinds++
+	}
+	req := p.t.Request
+	used, err := n.used.Add(req)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errBind, err)
+	}
+	if !used.LessEqual(n.n.Allocatable) {
+		c.stats.DoubleBookedNodes++
+	}
+	n.used = used
+	n.pods[p.t.UID] = true
+	now := c.Now()
+	p.t.NodeName, p.t.Phase = node, api.TaskRunning
+	p.end = now.Add(p.life)
+	heap.Push(&c.ends, p)
+	c.pendingCPU[p.job.j.Queue] -= p.job.spec.CPU
+	for _, q := range c.paths[p.job.j.Queue] {
+		u, _ := c.used[q].Add(req.With(api.Pods, 0))
+		c.used[q] = u
+		if _, _, over := c.caps[q].Excess(u); over {
+			c.stats.QuotaOverruns++
+		}
+	}
+	c.stats.Binds++
+	c.lat = append(c.lat, now.Sub(p.t.Created).Seconds())
+	c.bound = append(c.bound, now.Sub(c.start).Seconds())
+	for _, ca := range c.caches {
+		ca.AddOrUpdateTask(p.t)
+	}
+	return nil
+}
+
+// unbookLocked takes a bound pod off its node and its queues.
+func (c *Cluster) unbookLocked(p *simPod) {
+	if n, ok := c.nodes[p.t.NodeName]; ok && n.pods[p.t.UID] {
+		n.used, _ = n.used.Sub(p.t.Request)
+		delete(n.pods, p.t.UID)
+	}
+	for _, q := range c.paths[p.job.j.Queue] {
+		c.used[q], _ = c.used[q].Sub(p.t.Request.With(api.Pods, 0))
+	}
+	if p.index >= 0 {
+		heap.Remove(&c.ends, p.index)
+	}
+}
+
+// advance moves the clock to d: pods whose time is up succeed, and jobs
+// finished for more than retain are deleted with their pods (a TTL
+// controller).
+func (c *Cluster) advance(d time.Duration, retain time.Duration) {
+	c.setElapsed(d)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.Now()
+	for len(c.ends) > 0 && !c.ends[0].end.After(now) {
+		p := c.ends[0]
+		c.unbookLocked(p)
+		p.t.Phase = api.TaskSucceeded
+		c.stats.Completed++
+		p.job.done++
+		if p.job.done >= p.job.size {
+			p.job.doneAt = now
+		}
+		for _, ca := range c.caches {
+			ca.AddOrUpdateTask(p.t)
+		}
+	}
+	for uid, j := range c.jobs {
+		if j.doneAt.IsZero() || now.Sub(j.doneAt) < retain {
+			continue
+		}
+		for puid := range j.pods {
+			delete(c.pods, puid)
+			for _, ca := range c.caches {
+				ca.DeleteTask(puid)
+			}
+		}
+		delete(c.jobs, uid)
+		for _, ca := range c.caches {
+			ca.DeleteJob(uid)
+		}
+	}
+}
+
+// Drain cordons the given nodes and evicts their pods; each evicted pod is
+// re-created, pending, by its job (as a job controller would).
+func (c *Cluster) Drain(names []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.Now()
+	for _, name := range names {
+		n, ok := c.nodes[name]
+		if !ok {
+			continue
+		}
+		n.n.Unschedulable = true
+		for _, ca := range c.caches {
+			ca.AddOrUpdateNode(n.n)
+		}
+		uids := make([]string, 0, len(n.pods))
+		for uid := range n.pods {
+			uids = append(uids, uid)
+		}
+		sort.Strings(uids)
+		for _, uid := range uids {
+			p := c.pods[uid]
+			c.unbookLocked(p)
+			delete(c.pods, uid)
+			delete(p.job.pods, uid)
+			for _, ca := range c.caches {
+				ca.DeleteTask(uid)
+			}
+			c.stats.Evicted++
+			c.newPodLocked(p.job, p.t.Name+"-r", p.t.SchedulerName, now)
+		}
+	}
+}
+
+// Shrink lowers the allocatable CPU of the given nodes to milliCPU.
+func (c *Cluster) Shrink(names []string, milliCPU int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, name := range names {
+		if n, ok := c.nodes[name]; ok {
+			n.n.Allocatable = n.n.Allocatable.With(api.CPU, milliCPU)
+			for _, ca := range c.caches {
+				ca.AddOrUpdateNode(n.n)
+			}
+		}
+	}
+}
+
+// NodeState is a node and the tasks bound to it, as the API server has
+// them (for rebuilding an out-of-sync node's books).
+func (c *Cluster) NodeState(name string) (api.Node, []api.Task, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[name]
+	if !ok {
+		return api.Node{}, nil, false
+	}
+	tasks := make([]api.Task, 0, len(n.pods))
+	for uid := range n.pods {
+		tasks = append(tasks, c.pods[uid].t)
+	}
+	return n.n, tasks, true
+}
+
+// Fits reports whether a node's bound pods fit its allocatable (truth).
+func (c *Cluster) Fits(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[name]
+	return ok && n.used.LessEqual(n.n.Allocatable)
+}
+
+// NodeNames returns the names of the nodes, in creation order.
+func (c *Cluster) NodeNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.nodeList...)
+}
+
+// sample is the cluster's state at one moment.
+type sample struct {
+	usedCPU, allocCPU int64
+	pending           int
+	leafUsed          map[string]int64 // milli-CPU
+	leafPending       map[string]int64
+	runningJobs       map[string]bool // UIDs of jobs with their whole gang bound
+}
+
+func (c *Cluster) sample(leaves []LeafQueue, withJobs bool) sample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := sample{leafUsed: map[string]int64{}, leafPending: map[string]int64{}}
+	for _, n := range c.nodes {
+		if !n.n.Unschedulable {
+			s.allocCPU += n.n.Allocatable.Get(api.CPU)
+		}
+		s.usedCPU += n.used.Get(api.CPU)
+	}
+	for _, l := range leaves {
+		s.leafUsed[l.Name] = c.used[l.Name].Get(api.CPU)
+		s.leafPending[l.Name] = c.pendingCPU[l.Name]
+	}
+	for _, p := range c.pods {
+		if p.t.NodeName == "" {
+			s.pending++
+		}
+	}
+	if withJobs {
+		s.runningJobs = map[string]bool{}
+		for uid, j := range c.jobs {
+			bound := 0
+			for _, p := range j.pods {
+				if p.t.NodeName != "" && !p.t.Phase.Terminal() {
+					bound++
+				}
+			}
+			if bound >= j.size {
+				s.runningJobs[uid] = true
+			}
+		}
+	}
+	return s
+}
+
+// Stats returns the counters.
+func (c *Cluster) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// latencies returns the submit→bind latencies and bind times so far.
+func (c *Cluster) latencies() (lat, at []float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]float64(nil), c.lat...), append([]float64(nil), c.bound...)
+}
+
+// Binder is one shard's view of the binding API.
+type Binder struct {
+	c     *Cluster
+	shard string
+	holds func(node string) bool
+}
+
+// Bind implements scheduler.Binder.
+func (b *Binder) Bind(_ context.Context, t *api.Task, node string) error {
+	return b.c.Bind(t, node, b.shard, b.holds(node))
+}
+
+// StatusWriter is one shard's view of the status API (status.Writer).
+type StatusWriter struct {
+	c     *Cluster
+	shard string
+}
+
+// WriteQueueStatus counts the write and who made it.
+func (w *StatusWriter) WriteQueueStatus(_ context.Context, queue string, _ api.QueueStatus) error {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	w.c.stats.QueueWrites++
+	ws := w.c.queueWriters[queue]
+	if ws == nil {
+		ws = map[string]bool{}
+		w.c.queueWriters[queue] = ws
+	}
+	ws[w.shard] = true
+	w.c.stats.WritersPerQueue = max(w.c.stats.WritersPerQueue, len(ws))
+	return nil
+}
+
+// WritePodGroupStatus counts the write; a write to a PodGroup that is gone
+// (or was re-created under another UID) is refused like a failed
+// precondition.
+func (w *StatusWriter) WritePodGroupStatus(_ context.Context, _, name, uid string, st api.JobStatus) error {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	w.c.stats.PodGroupWrites++
+	j, ok := w.c.jobs[uid]
+	if !ok {
+		return nil // gone: nothing to write, nothing to retry
+	}
+	j.writers[w.shard] = true
+	w.c.stats.WritersPerPodGroup = max(w.c.stats.WritersPerPodGroup, len(j.writers))
+	j.j.Phase = st.Phase
+	return nil
+}
+
+// Recorder counts the events a shard would send (each one an API write).
+type Recorder struct{ c *Cluster }
+
+func (r *Recorder) count() {
+	r.c.mu.Lock()
+	r.c.stats.Events++
+	r.c.mu.Unlock()
+}
+
+// Scheduled implements scheduler.Recorder.
+func (r *Recorder) Scheduled(*api.Task, string) { r.count() }
+
+// FailedScheduling implements scheduler.Recorder.
+func (r *Recorder) FailedScheduling(*api.Task, string) { r.count() }
+
+// Unschedulable implements scheduler.Recorder.
+func (r *Recorder) Unschedulable(*api.Job, string) { r.count() }
+
+// endHeap orders bound pods by end time.
+type endHeap []*simPod
+
+func (h endHeap) Len() int           { return len(h) }
+func (h endHeap) Less(i, j int) bool { return h[i].end.Before(h[j].end) }
+func (h endHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *endHeap) Push(x any) {
+	p := x.(*simPod)
+	p.index = len(*h)
+	*h = append(*h, p)
+}
+func (h *endHeap) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	old[len(old)-1] = nil
+	p.index = -1
+	*h = old[:len(old)-1]
+	return p
+}

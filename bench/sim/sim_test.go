@@ -1,0 +1,247 @@
+package sim
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/cache"
+)
+
+func loadChurn(t *testing.T) *Workload {
+	t.Helper()
+	w, err := LoadWorkload("../workloads/churn.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// Every shipped workload file parses and validates.
+func TestShippedWorkloadsLoad(t *testing.T) {
+	files, err := filepath.Glob("../workloads/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no workload files: %v", err)
+	}
+	for _, f := range files {
+		if _, err := LoadWorkload(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// A bad workload file gets an error naming the file and the field.
+func TestWorkloadBadInput(t *testing.T) {
+	base, err := os.ReadFile("../workloads/churn.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ from, to, want string }{
+		{"cpu: 64", "cpu: -1", "node"},
+		{"weights: [1, 2, 4]", "weights: [1, 0, 4]", "queues.weights"},
+		{"{weight: 5,  size: 128}", "{weight: 5,  size: 0}", "jobs[3]"},
+		{"meanSeconds: 60", "meanSeconds: 0", "lifetime"},
+		{"kind: drain", "kind: explode", "events[0]"},
+		{"parentCapabilityFraction: 0.4", "parentCapabilityFraction: 1.5", "parentCapabilityFraction"},
+		{"name: churn", "name: churn\nsurprise: 1", "unknown field"},
+	} {
+		bad := strings.Replace(string(base), tc.from, tc.to, 1)
+		if bad == string(base) {
+			t.Fatalf("pattern %q not in churn.yaml", tc.from)
+		}
+		path := filepath.Join(t.TempDir(), "bad.yaml")
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadWorkload(path)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s → %s: got %v, want an error naming %q and the file", tc.from, tc.to, err, tc.want)
+		}
+	}
+	if _, err := loadChurn(t).Tier("3k"); err == nil || !strings.Contains(err.Error(), "100k") {
+		t.Errorf("unknown tier: %v, want the list of tiers", err)
+	}
+}
+
+// The same seed gives the same jobs; the stream has the tier's rate and
+// the pod CPU mean of the file.
+func TestGeneratorDeterministicAndCalibrated(t *testing.T) {
+	w := loadChurn(t)
+	tier, _ := w.Tier("100k")
+	a, b := NewGenerator(w, tier, 7), NewGenerator(w, tier, 7)
+	pods, cpu := 0, int64(0)
+	horizon := 10 * time.Minute
+	for {
+		x, okA := a.Next(horizon)
+		y, okB := b.Next(horizon)
+		if okA != okB || x != y {
+			t.Fatalf("seed 7 diverged: %+v vs %+v", x, y)
+		}
+		if !okA {
+			break
+		}
+		pods += x.Size
+		cpu += x.CPU * int64(x.Size)
+	}
+	perMin := float64(pods) / horizon.Minutes()
+	if math.Abs(perMin-float64(tier.PodsPerMinute))/float64(tier.PodsPerMinute) > 0.1 {
+		t.Errorf("%.0f pods/min, want %d ± 10%%", perMin, tier.PodsPerMinute)
+	}
+	if mean := float64(cpu) / float64(pods) / 1000; mean < 3 || mean > 5 {
+		t.Errorf("mean CPU per pod %.2f, want ≈ 4", mean)
+	}
+	c := NewGenerator(w, tier, 8)
+	x, _ := c.Next(horizon)
+	y, _ := NewGenerator(w, tier, 7).Next(horizon)
+	if x == y {
+		t.Errorf("seeds 7 and 8 gave the same first job %+v", x)
+	}
+}
+
+func TestFairSharesWaterFill(t *testing.T) {
+	leaves := []LeafQueue{{Name: "a", Weight: 1}, {Name: "b", Weight: 2}, {Name: "c", Weight: 1}}
+	// c wants little: it gets its demand; a and b split the rest 1:2.
+	got := fairShares(leaves, map[string]int64{"a": 1000, "b": 1000, "c": 10}, 310)
+	if math.Abs(got["c"]-10) > 1e-6 || math.Abs(got["a"]-100) > 1e-6 || math.Abs(got["b"]-200) > 1e-6 {
+		t.Errorf("got %v, want c=10 a=100 b=200", got)
+	}
+	// No contention: everyone gets its demand.
+	got = fairShares(leaves, map[string]int64{"a": 5, "b": 5}, 1000)
+	if got["a"] != 5 || got["b"] != 5 || got["c"] != 0 {
+		t.Errorf("got %v, want demands", got)
+	}
+}
+
+func newTestCluster(t *testing.T, nodes int) (*Cluster, *Workload) {
+	t.Helper()
+	w := loadChurn(t)
+	tree, err := api.BuildTree(queueSpecs(w, Tier{Nodes: nodes}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCluster(w, nodes, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, w
+}
+
+// The simulated API refuses a second bind and counts what the invariants
+// are made of: overcommitted nodes, quota overruns and unfenced binds.
+func TestClusterBindInvariants(t *testing.T) {
+	c, _ := newTestCluster(t, 2)
+	ca := cache.New(cache.Options{})
+	c.Subscribe(ca)
+	c.Submit(JobSpec{Seq: 1, Queue: "q0-0", Size: 3, CPU: 40000, Memory: 1 << 30, Lifetime: time.Minute}, schedulerName)
+	var tasks []api.Task
+	for _, p := range c.pods {
+		tasks = append(tasks, p.t)
+	}
+	if len(tasks) != 3 {
+		t.Fatalf("%d pods, want 3", len(tasks))
+	}
+	if err := c.Bind(&tasks[0], "node-00000", "s", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Bind(&tasks[0], "node-00001", "s", true); err == nil {
+		t.Fatal("second bind of the same pod accepted")
+	}
+	// 40 + 40 CPU on a 64-CPU node: accepted like the API server would,
+	// counted as double booking; and without the partition held.
+	if err := c.Bind(&tasks[1], "node-00000", "s", false); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Stats()
+	if st.Binds != 2 || st.BindRefused != 1 || st.DoubleBookedNodes != 1 || st.UnfencedBinds != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	// The cache saw the binds: the node is out of sync (F2), like a shard's.
+	if out := ca.OutOfSync(); len(out) != 1 || out[0] != "node-00000" {
+		t.Errorf("out of sync %v, want node-00000", out)
+	}
+	// p0 may hold 40 % of 2 × 64 CPU = 51.2 CPU: 80 bound is an overrun.
+	if st.QuotaOverruns == 0 {
+		t.Errorf("no quota overrun counted for 80 CPU under a 51.2 CPU parent")
+	}
+}
+
+// Pods succeed when their lifetime is up; finished jobs are deleted after
+// the retention; drained pods are evicted and re-created pending.
+func TestClusterLifecycle(t *testing.T) {
+	c, _ := newTestCluster(t, 4)
+	ca := cache.New(cache.Options{})
+	c.Subscribe(ca)
+	c.Submit(JobSpec{Seq: 1, Queue: "q0-0", Size: 2, CPU: 1000, Memory: 1 << 30, Lifetime: 10 * time.Second}, schedulerName)
+	c.Submit(JobSpec{Seq: 2, Queue: "q0-1", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	for _, p := range c.pods {
+		node := "node-00000"
+		if p.job.spec.Seq == 2 {
+			node = "node-00003"
+		}
+		t0 := p.t
+		if err := c.Bind(&t0, node, "s", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.advance(11*time.Second, 5*time.Second)
+	if st := c.Stats(); st.Completed != 2 {
+		t.Fatalf("completed %d, want 2", st.Completed)
+	}
+	if len(c.jobs) != 2 {
+		t.Fatalf("job deleted before its retention")
+	}
+	c.advance(17*time.Second, 5*time.Second)
+	if len(c.jobs) != 1 || len(c.pods) != 1 {
+		t.Fatalf("after retention: %d jobs, %d pods; want 1, 1", len(c.jobs), len(c.pods))
+	}
+	c.Drain([]string{"node-00003"})
+	if st := c.Stats(); st.Evicted != 1 {
+		t.Fatalf("evicted %d, want 1", st.Evicted)
+	}
+	for _, p := range c.pods {
+		if p.t.NodeName != "" {
+			t.Errorf("pod %s still bound after drain", p.t.Name)
+		}
+	}
+	if sm := c.sample(nil, false); sm.pending != 1 || sm.usedCPU != 0 {
+		t.Errorf("after drain: %d pending, %d used; want 1, 0", sm.pending, sm.usedCPU)
+	}
+	if fits := c.Fits("node-00003"); !fits {
+		t.Errorf("drained node's books do not fit")
+	}
+}
+
+// A short run on real shards, the real coordinator and an embedded etcd:
+// pods are placed, and every invariant holds.
+func TestRunSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts shards and etcd")
+	}
+	w := loadChurn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := Run(ctx, Config{Workload: w, Tier: "10k", Shards: 2, Seed: 3, Minutes: 0.5, Partitions: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Pods < 500 {
+		t.Errorf("%d pods bound in 30 virtual seconds at 2,000 pods/min, want ≥ 500", r.Pods)
+	}
+	if r.Failed() {
+		t.Errorf("invariants broken: %v", r.Invariants)
+	}
+	for _, k := range []string{"quota_overruns", "double_booked_nodes", "pods_bound_twice", "unfenced_binds", "nodes_out_of_sync"} {
+		if _, ok := r.Invariants[k]; !ok {
+			t.Errorf("invariant %s not reported", k)
+		}
+	}
+	if r.LatencyP99 <= 0 || len(r.LatencyCDF) == 0 || len(r.Throughput) == 0 || r.Utilization <= 0 {
+		t.Errorf("figures missing: p99 %v, cdf %d, throughput %d, util %v", r.LatencyP99, len(r.LatencyCDF), len(r.Throughput), r.Utilization)
+	}
+	t.Logf("%s: %d pods, p99 %.3f s virtual, %.0f pods/s wall, util %.2f", r.Name, r.Pods, r.LatencyP99, r.PodsPerSec, r.Utilization)
+}

@@ -1,0 +1,279 @@
+// Package sim is the simulated mode of the bench harness: an in-memory
+// cluster behind the same ports as the Kubernetes adapter (events into each
+// shard's cache, a binder, a status writer, an event recorder), on a virtual
+// clock, driving real shards (memberlist on loopback, ownership fenced in
+// etcd) and the real coordinator on an embedded etcd, all in one process.
+//
+// The workload (arrivals, sizes, lifetimes, node events) is deterministic
+// for a seed; the interleaving of the shards' goroutines is not.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Workload is a declarative workload file (bench/workloads/*.yaml).
+type Workload struct {
+	Name  string          `json:"name"`
+	Tiers map[string]Tier `json:"tiers"`
+	Node  struct {
+		CPU      int64 `json:"cpu"`
+		MemoryGi int64 `json:"memoryGi"`
+		GPUs     int64 `json:"gpus"`
+		GPUEvery int   `json:"gpuEvery"`
+	} `json:"node"`
+	Queues struct {
+		Parents                  int     `json:"parents"`
+		LeavesPerParent          int     `json:"leavesPerParent"`
+		Weights                  []int32 `json:"weights"`
+		ParentCapabilityFraction float64 `json:"parentCapabilityFraction"`
+	} `json:"queues"`
+	Jobs []struct {
+		Weight int `json:"weight"`
+		Size   int `json:"size"`
+	} `json:"jobs"`
+	Pod struct {
+		CPU []struct {
+			Value  int64 `json:"value"`
+			Weight int   `json:"weight"`
+		} `json:"cpu"`
+		MemoryGiPerCPU int64   `json:"memoryGiPerCPU"`
+		GPUJobFraction float64 `json:"gpuJobFraction"`
+	} `json:"pod"`
+	Lifetime struct {
+		MeanSeconds float64 `json:"meanSeconds"`
+		Jitter      float64 `json:"jitter"`
+	} `json:"lifetime"`
+	Events []NodeEvent `json:"events"`
+	// Burst submits Tier.Pods at t = 0 instead of a stream.
+	Burst bool `json:"burst"`
+}
+
+// Tier sizes a workload: the cluster and the arrival rate.
+type Tier struct {
+	Nodes         int     `json:"nodes"`
+	PodsPerMinute int     `json:"podsPerMinute"`
+	Pods          int     `json:"pods"`
+	Minutes       float64 `json:"minutes"`
+}
+
+// NodeEvent changes nodes mid-run: at a fraction of the run, a fraction of
+// the nodes is drained (cordoned, pods evicted and re-created by their job),
+// shrunk (allocatable CPU lowered to CPU), or added.
+type NodeEvent struct {
+	At    float64 `json:"at"`
+	Kind  string  `json:"kind"`
+	Nodes float64 `json:"nodes"`
+	CPU   int64   `json:"cpu,omitempty"`
+}
+
+// LoadWorkload reads and validates a workload file.
+func LoadWorkload(path string) (*Workload, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var w Workload
+	if err := yaml.UnmarshalStrict(b, &w); err != nil {
+		return nil, fmt.Errorf("workload %s: %w", path, err)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, fmt.Errorf("workload %s: %w", path, err)
+	}
+	return &w, nil
+}
+
+// Validate reports the first bad field, naming it.
+func (w *Workload) Validate() error {
+	switch {
+	case w.Name == "":
+		return errors.New("name is empty")
+	case len(w.Tiers) == 0:
+		return errors.New("tiers: none")
+	case w.Node.CPU < 1 || w.Node.MemoryGi < 1 || w.Node.GPUs < 0 || w.Node.GPUEvery < 0:
+		return fmt.Errorf("node: cpu %d and memoryGi %d must be positive, gpus %d and gpuEvery %d not negative", w.Node.CPU, w.Node.MemoryGi, w.Node.GPUs, w.Node.GPUEvery)
+	case w.Queues.Parents < 1 || w.Queues.LeavesPerParent < 1 || len(w.Queues.Weights) == 0:
+		return fmt.Errorf("queues: parents %d and leavesPerParent %d must be positive, weights non-empty", w.Queues.Parents, w.Queues.LeavesPerParent)
+	case w.Queues.ParentCapabilityFraction <= 0 || w.Queues.ParentCapabilityFraction > 1:
+		return fmt.Errorf("queues.parentCapabilityFraction %v: must be in (0, 1]", w.Queues.ParentCapabilityFraction)
+	case len(w.Jobs) == 0:
+		return errors.New("jobs: none")
+	case len(w.Pod.CPU) == 0 || w.Pod.MemoryGiPerCPU < 0 || w.Pod.GPUJobFraction < 0 || w.Pod.GPUJobFraction > 1:
+		return errors.New("pod: cpu choices needed, memoryGiPerCPU ≥ 0, gpuJobFraction in [0, 1]")
+	case w.Lifetime.MeanSeconds <= 0 || w.Lifetime.Jitter < 0 || w.Lifetime.Jitter >= 1:
+		return fmt.Errorf("lifetime: meanSeconds %v must be positive, jitter %v in [0, 1)", w.Lifetime.MeanSeconds, w.Lifetime.Jitter)
+	}
+	for _, q := range w.Queues.Weights {
+		if q < 1 {
+			return fmt.Errorf("queues.weights: %d must be ≥ 1", q)
+		}
+	}
+	for name, t := range w.Tiers {
+		if t.Nodes < 1 || t.Nodes > 100000 || t.Minutes <= 0 || t.PodsPerMinute < 0 || t.Pods < 0 {
+			return fmt.Errorf("tier %s: nodes %d must be 1..100000, minutes positive, pods not negative", name, t.Nodes)
+		}
+		if w.Burst && t.Pods < 1 {
+			return fmt.Errorf("tier %s: a burst workload needs pods ≥ 1", name)
+		}
+		if !w.Burst && t.PodsPerMinute < 1 {
+			return fmt.Errorf("tier %s: podsPerMinute must be ≥ 1", name)
+		}
+	}
+	for i, j := range w.Jobs {
+		if j.Weight < 1 || j.Size < 1 || j.Size > 10000 {
+			return fmt.Errorf("jobs[%d]: weight %d must be ≥ 1 and size %d in 1..10000", i, j.Weight, j.Size)
+		}
+	}
+	for i, c := range w.Pod.CPU {
+		if c.Value < 1 || c.Value > w.Node.CPU || c.Weight < 1 {
+			return fmt.Errorf("pod.cpu[%d]: value %d must be 1..node cpu %d, weight ≥ 1", i, c.Value, w.Node.CPU)
+		}
+	}
+	for i, e := range w.Events {
+		switch {
+		case e.At < 0 || e.At > 1 || e.Nodes <= 0 || e.Nodes > 1:
+			return fmt.Errorf("events[%d]: at %v and nodes %v must be fractions in (0, 1]", i, e.At, e.Nodes)
+		case e.Kind != "drain" && e.Kind != "shrink" && e.Kind != "add":
+			return fmt.Errorf("events[%d]: kind %q must be drain, shrink or add", i, e.Kind)
+		case e.Kind == "shrink" && (e.CPU < 1 || e.CPU >= w.Node.CPU):
+			return fmt.Errorf("events[%d]: shrink cpu %d must be 1..%d", i, e.CPU, w.Node.CPU-1)
+		}
+	}
+	return nil
+}
+
+// Tier returns the named tier.
+func (w *Workload) Tier(name string) (Tier, error) {
+	t, ok := w.Tiers[name]
+	if !ok {
+		names := make([]string, 0, len(w.Tiers))
+		for n := range w.Tiers {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return Tier{}, fmt.Errorf("workload %s has no tier %q (have %v)", w.Name, name, names)
+	}
+	return t, nil
+}
+
+// Leaves returns the leaf queue names with their parent and weight.
+func (w *Workload) Leaves() []LeafQueue {
+	var out []LeafQueue
+	i := 0
+	for p := 0; p < w.Queues.Parents; p++ {
+		for l := 0; l < w.Queues.LeavesPerParent; l++ {
+			out = append(out, LeafQueue{Name: fmt.Sprintf("q%d-%d", p, l), Parent: fmt.Sprintf("p%d", p),
+				Weight: w.Queues.Weights[i%len(w.Queues.Weights)]})
+			i++
+		}
+	}
+	return out
+}
+
+// LeafQueue is one leaf of the generated tree.
+type LeafQueue struct {
+	Name, Parent string
+	Weight       int32
+}
+
+// JobSpec is one generated job.
+type JobSpec struct {
+	Seq      int
+	At       time.Duration // arrival, from the start of the run
+	Queue    string
+	Size     int
+	CPU      int64 // milli-CPU per pod
+	Memory   int64 // bytes per pod
+	GPU      int64 // per pod
+	Lifetime time.Duration
+}
+
+// Generator yields the workload's jobs in arrival order, deterministically
+// for a seed.
+type Generator struct {
+	w        *Workload
+	rng      *rand.Rand
+	leaves   []LeafQueue
+	leafCum  []int
+	jobCum   []int
+	cpuCum   []int
+	rate     float64 // jobs per second
+	next     time.Duration
+	seq      int
+	limit    int // burst: pods to submit; 0 = stream
+	produced int
+}
+
+// NewGenerator returns a generator for tier t.
+func NewGenerator(w *Workload, t Tier, seed uint64) *Generator {
+	g := &Generator{w: w, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), leaves: w.Leaves()}
+	sum := 0
+	for _, l := range g.leaves {
+		sum += int(l.Weight)
+		g.leafCum = append(g.leafCum, sum)
+	}
+	sum, mean := 0, 0.0
+	for _, j := range w.Jobs {
+		sum += j.Weight
+		g.jobCum = append(g.jobCum, sum)
+	}
+	for _, j := range w.Jobs {
+		mean += float64(j.Size) * float64(j.Weight) / float64(sum)
+	}
+	sum = 0
+	for _, c := range w.Pod.CPU {
+		sum += c.Weight
+		g.cpuCum = append(g.cpuCum, sum)
+	}
+	g.rate = float64(t.PodsPerMinute) / 60 / mean
+	if w.Burst {
+		g.limit = t.Pods
+	}
+	return g
+}
+
+func pick(rng *rand.Rand, cum []int) int {
+	x := rng.IntN(cum[len(cum)-1])
+	return sort.SearchInts(cum, x+1)
+}
+
+// Next returns the next job if it arrives no later than until.
+func (g *Generator) Next(until time.Duration) (JobSpec, bool) {
+	if g.limit > 0 {
+		if g.produced >= g.limit {
+			return JobSpec{}, false
+		}
+	} else if g.next > until {
+		return JobSpec{}, false
+	}
+	w := g.w
+	j := JobSpec{Seq: g.seq, At: g.next, Queue: g.leaves[pick(g.rng, g.leafCum)].Name, Size: w.Jobs[pick(g.rng, g.jobCum)].Size}
+	if g.limit > 0 {
+		j.At = 0
+		j.Size = min(j.Size, g.limit-g.produced)
+	}
+	cpu := w.Pod.CPU[pick(g.rng, g.cpuCum)].Value
+	j.CPU = cpu * 1000
+	j.Memory = cpu * w.Pod.MemoryGiPerCPU << 30
+	if w.Node.GPUs > 0 && w.Node.GPUEvery > 0 && g.rng.Float64() < w.Pod.GPUJobFraction {
+		j.GPU = 1
+	}
+	life := w.Lifetime.MeanSeconds * (1 + w.Lifetime.Jitter*(2*g.rng.Float64()-1))
+	j.Lifetime = time.Duration(life * float64(time.Second))
+	g.seq++
+	g.produced += j.Size
+	if g.limit == 0 {
+		// Poisson arrivals.
+		gap := -math.Log(1-g.rng.Float64()) / g.rate
+		g.next += time.Duration(gap * float64(time.Second))
+	}
+	return j, true
+}

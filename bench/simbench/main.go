@@ -1,0 +1,217 @@
+// Command simbench runs the simulated mode of the bench harness: the
+// workload files of bench/workloads against an in-memory cluster on a
+// virtual clock, with real shards (memberlist on loopback, ownership in
+// etcd) and the real coordinator on an embedded etcd, all in this process.
+// It writes a Markdown report, a JSON file and SVG plots.
+//
+//	go run ./bench/simbench                                   # quick tier: 10k cores, 1/2/4 shards
+//	go run ./bench/simbench -tier 100k -shards 1,2,4,8         # the seed's churn case
+//	go run ./bench/simbench -include out/real/report.json      # one report with the real mode's runs
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shardsched/shardsched/bench/report"
+	"github.com/shardsched/shardsched/bench/sim"
+)
+
+type options struct {
+	dir       string
+	tiers     []string
+	scenarios []string
+	shards    []int
+	chaosTier string
+	minutes   float64
+	chaosMin  float64
+	seed      uint64
+	out       string
+	include   string
+	fsync     bool
+	verbose   bool
+}
+
+func main() {
+	var o options
+	var tiers, scenarios, shards string
+	flag.StringVar(&o.dir, "workloads", "bench/workloads", "directory of the workload files")
+	flag.StringVar(&tiers, "tier", "10k", "tiers to run, comma-separated (10k, 100k, 1M)")
+	flag.StringVar(&scenarios, "scenarios", "churn,burst,chaos", "scenarios: churn, burst (peak throughput) and chaos (faults)")
+	flag.StringVar(&shards, "shards", "1,2,4", "shard counts to run each scenario with")
+	flag.StringVar(&o.chaosTier, "chaos-tier", "10k", "tier of the chaos scenario (it runs in real time, with 4 shards or the largest count listed)")
+	flag.Float64Var(&o.minutes, "minutes", 0, "override the tier's simulated minutes for churn (0: the workload file's)")
+	flag.Float64Var(&o.chaosMin, "chaos-minutes", 2, "simulated (= wall) minutes of the chaos scenario")
+	flag.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	flag.StringVar(&o.out, "out", "bench/out/sim", "directory for report.md, report.json and the plots")
+	flag.StringVar(&o.include, "include", "", "a report.json whose runs and targets to include (e.g. the real mode's)")
+	flag.BoolVar(&o.fsync, "fsync", true, "the embedded etcd syncs its log (as in production)")
+	flag.BoolVar(&o.verbose, "v", false, "log the shards' warnings to stderr")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fail(2, fmt.Errorf("-cpuprofile: %w", err))
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(2, fmt.Errorf("-cpuprofile: %w", err))
+		}
+		defer pprof.StopCPUProfile()
+	}
+	o.tiers = split(tiers)
+	o.scenarios = split(scenarios)
+	for _, s := range split(shards) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 64 {
+			fail(2, fmt.Errorf("-shards: %q is not a shard count in 1..64", s))
+		}
+		o.shards = append(o.shards, n)
+	}
+	for _, s := range o.scenarios {
+		if s != "churn" && s != "burst" && s != "chaos" {
+			fail(2, fmt.Errorf("-scenarios: unknown scenario %q (churn, burst, chaos)", s))
+		}
+	}
+	switch {
+	case len(o.tiers) == 0:
+		fail(2, errors.New("-tier: none given"))
+	case len(o.shards) == 0:
+		fail(2, errors.New("-shards: none given"))
+	case o.minutes < 0 || o.chaosMin <= 0:
+		fail(2, errors.New("-minutes must not be negative and -chaos-minutes must be positive"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		pprof.StopCPUProfile()
+		fail(1, err)
+	}
+}
+
+func split(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+}
+
+func fail(code int, err error) {
+	fmt.Fprintln(os.Stderr, "simbench:", err)
+	os.Exit(code)
+}
+
+func run(ctx context.Context, o options) error {
+	rep := report.Report{Title: "shardsched bench", Command: strings.Join(os.Args, " "), Started: time.Now().UTC(),
+		Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())}
+	if o.include != "" {
+		inc, err := report.Read(o.include)
+		if err != nil {
+			return err
+		}
+		rep.Runs = append(rep.Runs, inc.Runs...)
+		rep.Targets = append(rep.Targets, inc.Targets...)
+		rep.Notes = append(rep.Notes, inc.Notes...)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("real-mode runs from %s (%s)", o.include, inc.Command))
+	}
+	logger := slog.New(slog.DiscardHandler)
+	if o.verbose {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	load := func(name string) (*sim.Workload, error) {
+		return sim.LoadWorkload(o.dir + "/" + name + ".yaml")
+	}
+	var simRuns []report.Run
+	for _, tier := range o.tiers {
+		for _, sc := range o.scenarios {
+			if sc == "chaos" {
+				continue
+			}
+			w, err := load(sc)
+			if err != nil {
+				return err
+			}
+			for _, n := range o.shards {
+				cfg := sim.Config{Workload: w, Tier: tier, Shards: n, Seed: o.seed, Fsync: o.fsync, Progress: os.Stderr, Logger: logger}
+				if sc == "churn" {
+					cfg.Minutes = o.minutes
+				}
+				r, err := sim.Run(ctx, cfg)
+				if err != nil {
+					return fmt.Errorf("%s/%s/%d shards: %w", sc, tier, n, err)
+				}
+				fmt.Fprintf(os.Stderr, "simbench: %s: %d pods, %.0f pods/s (wall), p99 %.3f s (virtual), invariants %v\n", r.Name, r.Pods, r.PodsPerSec, r.LatencyP99, r.Invariants)
+				simRuns = append(simRuns, r)
+			}
+		}
+	}
+	if contains(o.scenarios, "chaos") {
+		w, err := load("churn")
+		if err != nil {
+			return err
+		}
+		n := max(4, o.shards[len(o.shards)-1])
+		r, err := sim.Run(ctx, sim.Config{Workload: w, Tier: o.chaosTier, Shards: n, Seed: o.seed, Fsync: o.fsync, Chaos: true, Pace: true,
+			Minutes: o.chaosMin, Progress: os.Stderr, Logger: logger})
+		if err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		simRuns = append(simRuns, r)
+	}
+	rep.Runs = append(rep.Runs, simRuns...)
+	rep.Targets = append(rep.Targets, simTargets(simRuns)...)
+	files, err := report.Write(o.out, rep)
+	if err != nil {
+		return err
+	}
+	fmt.Println(rep.Markdown())
+	fmt.Fprintf(os.Stderr, "simbench: wrote %s\n", strings.Join(files.All(), ", "))
+	for _, r := range simRuns {
+		if r.Failed() {
+			return fmt.Errorf("run %s broke an invariant: %v", r.Name, r.Invariants)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// simTargets judges the simulated-mode targets on the runs made.
+func simTargets(runs []report.Run) []report.Target {
+	var out []report.Target
+	for _, r := range runs {
+		switch {
+		case r.Scenario == "churn" && r.Tier == "100k":
+			out = append(out,
+				report.Target{Name: "p99 submit→bind, " + r.Name, Goal: "≤ 1 s (virtual)", Value: fmt.Sprintf("%.3f s", r.LatencyP99), Met: r.LatencyP99 <= 1},
+				report.Target{Name: "RSS growth after warm-up, " + r.Name, Goal: "< 5 %", Value: fmt.Sprintf("%.1f %%", r.RSSGrowthPct), Met: r.RSSGrowthPct < 5})
+		case r.Scenario == "burst":
+			out = append(out, report.Target{Name: "placement throughput, " + r.Name, Goal: "≥ 20,000 pods/s (wall)", Value: fmt.Sprintf("%.0f pods/s", r.PodsPerSec), Met: r.PodsPerSec >= 20000})
+		}
+		if r.Tier == "1M" && r.Shards == 8 {
+			per := r.PeakRSSMiB / float64(r.Shards)
+			out = append(out, report.Target{Name: "memory per shard, " + r.Name, Goal: "< 500 MiB", Value: fmt.Sprintf("%.0f MiB (peak process RSS / shards, cluster model and etcd included)", per), Met: per < 500})
+		}
+		inv := "0"
+		if r.Failed() {
+			inv = fmt.Sprint(r.Invariants)
+		}
+		out = append(out, report.Target{Name: "invariants, " + r.Name, Goal: "all 0", Value: inv, Met: !r.Failed()})
+	}
+	return out
+}
