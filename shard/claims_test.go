@@ -383,3 +383,52 @@ func TestDropWaitsForBindsInFlight(t *testing.T) {
 	}
 	waitFor(t, "the queue owner may place the job again", 5*time.Second, func() bool { return a.OwnerMayPlace("busy", q) })
 }
+
+// A store loaded before its shard acquired the queue's record must catch
+// up to that acquisition before the shard may place the queue's jobs as
+// owner: with no claim traffic at all, only a progress notification from
+// the watch moves its view forward.
+func TestOwnerMayPlaceAfterViewCatchesUp(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := tc.config("shard-a")
+	cli := tc.etcd()
+	defer cli.Close()
+	s, err := New(context.Background(), cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewClaims(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	claimsDone, shardDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(claimsDone)
+		_ = c.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-claimsDone
+		<-shardDone
+	}()
+	waitFor(t, "the claim store is loaded", 5*time.Second, c.Synced)
+	c.mu.Lock()
+	loaded := c.rev
+	c.mu.Unlock()
+	s.SetQueues(tc.queues)
+	go func() {
+		defer close(shardDone)
+		_ = s.Run(ctx)
+	}()
+	q := tc.queues[0]
+	waitFor(t, "the shard holds the queue", 5*time.Second, func() bool { return s.Holds(QueueKey(q)) })
+	epoch, _ := s.heldEpoch(QueueKey(q))
+	if epoch <= loaded {
+		t.Fatalf("queue acquired at revision %d, not after the load at %d: the test proves nothing", epoch, loaded)
+	}
+	waitFor(t, "the owner may place the queue's jobs", 5*time.Second, func() bool { return c.OwnerMayPlace("job", q) })
+	c.mu.Lock()
+	caught := c.rev
+	c.mu.Unlock()
+	if caught < epoch {
+		t.Fatalf("owner may place with a view at revision %d, before its acquisition at %d", caught, epoch)
+	}
+}
