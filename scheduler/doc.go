@@ -5,15 +5,39 @@
 // binds them with a bounded pool of workers, and hands Queue and PodGroup
 // status to the per-shard batcher (one writer per object, F3).
 //
-// It depends on small ports (Binder, Quota, Ownership, Recorder, Status),
+// It depends on small ports (Binder, Quota, Ownership, Recorder, Status,
+// and optionally Peers and Claims for the hand-off of jobs between shards),
 // never on client-go: the Kubernetes adapter in internal/kube implements
 // them, and the bench harness can put a simulated cluster behind them.
 //
-// Rule that keeps two shards from placing the same job: a job is admitted
-// and placed only by the owner of its queue (the shard holding the queue's
-// ownership record), and only onto nodes of partitions that shard holds;
-// every bind re-checks the partition's record (Ownership.Use) and the API
-// server refuses to bind a pod twice. Handing a job that does not fit on
-// the owner's partitions to a shard with room is not implemented yet; such a
-// job waits with a FailedScheduling event.
+// Rule that keeps two shards from placing the same job: a job is placed by
+// exactly one shard at a time, the shard named by its claim record
+// <prefix>/claims/<job UID> in etcd (state claimed) if one exists, else
+// the owner of its queue (the shard holding the queue's ownership record);
+// while an offer is pending nobody places it. Admission, Confirm and
+// Release of its reservation stay with the queue owner. A shard places only
+// onto nodes of partitions it holds, and every bind re-checks, for its
+// duration, the partition's record and either the claim (Claims.Use) or the
+// queue's record (Ownership.Use); the API server refuses to bind a pod
+// twice.
+//
+// How a job moves: when the queue owner's own partitions cannot hold the
+// gang, it picks a live shard whose gossiped capacity (free resources and
+// largest free node, published by every shard from its snapshot) has room,
+// and creates the claim record, state offered, in one etcd Txn that also
+// checks that it still holds the queue's record and that no record exists;
+// the offer lives on the owner's lease. The shard offered to claims it if
+// the gang fits on its nodes, in a Txn that replaces the record seen (same
+// ModRevision) with a claimed one under its own lease, and only then
+// places it; otherwise it deletes the offer (a refusal). The owner
+// withdraws an offer unclaimed after OfferTimeout; a claimer that cannot
+// place the job for ClaimGiveUp gives it back; a dead claimer's record
+// vanishes with its lease. In each case the owner places the job again or
+// offers it to another shard (not to one that refused it within
+// RefusedFor). The record is deleted when the job is gone (by the claimer,
+// or by the owner when it releases the reservation). The owner treats a job
+// as unclaimed only when its view of the records is at least as new as its
+// acquisition of the queue's record (only that record's holder creates
+// offers, and it learns of its own at once); a claimer stops the moment its
+// record is gone, its session is replaced or its lease is stale.
 package scheduler

@@ -86,6 +86,14 @@ type Config struct {
 	// one after another, in priority order), confirms and releases. 0
 	// means 32.
 	AdmitParallelism int
+	// Hand-off of jobs that do not fit on this shard (see handoff.go);
+	// zero values mean the defaults. OfferTimeout: an offer nobody claimed
+	// is withdrawn after it (5 s). ClaimGiveUp: a claimed job that does not
+	// fit for this long is given back (3 s). RefusedFor: a shard that
+	// refused a job is not offered it again for this long (10 s).
+	// CapacityInterval: the capacity summary is gossiped at most this often
+	// (500 ms).
+	OfferTimeout, ClaimGiveUp, RefusedFor, CapacityInterval time.Duration
 }
 
 // DefaultConfig returns bin-packing, 20 ms cycles and 32 bind workers.
@@ -125,8 +133,12 @@ type Groups interface {
 }
 
 // Deps are the ports the scheduler runs on. Groups may be nil (implicit
-// PodGroups are then not managed).
+// PodGroups are then not managed). Peers and Claims may be nil: without
+// Peers no capacity is gossiped, without either no job is handed to
+// another shard (a job that does not fit waits).
 type Deps struct {
+	Peers     Peers
+	Claims    Claims
 	Groups    Groups
 	Cache     *cache.Cache
 	Ownership Ownership
@@ -154,8 +166,12 @@ type Scheduler struct {
 	// lastStatus is when queue status was last computed (loop only).
 	lastStatus time.Time
 
-	stats struct{ cycles, binds, bindFailures, admitted, quotaWaits atomic.Int64 }
-	hist  histograms
+	stats struct {
+		cycles, binds, bindFailures, admitted, quotaWaits atomic.Int64
+		offers, offerTimeouts, claims, refusals           atomic.Int64
+	}
+	hist histograms
+	ho   handoff // loop only
 
 	mu        sync.Mutex                 // guards the fields below
 	tree      *api.Tree                  // queue hierarchy (SetTree); nil until known
@@ -166,6 +182,7 @@ type Scheduler struct {
 	confirmed map[string]bool            // job UID → reservation confirmed
 	lastEvent map[string]time.Time       // task or job UID → last FailedScheduling/Unschedulable
 	statusOf  map[string]bool            // job UIDs whose PodGroup status was handed to Status
+	binding   map[string]int             // job UID → binds queued or in flight
 }
 
 type admission struct {
@@ -177,6 +194,9 @@ type bindReq struct {
 	task api.Task
 	node string
 	job  api.Job
+	// claim is the job UID when the job is placed under its claim record;
+	// queueKey the queue's key when it is placed by the queue owner.
+	claim, queueKey string
 }
 
 // New checks cfg and deps.
@@ -200,6 +220,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	if cfg.AdmitParallelism <= 0 {
 		cfg.AdmitParallelism = 32
 	}
+	cfg.handoffDefaults()
 	return &Scheduler{
 		hist:   newHistograms(),
 		tracer: cfg.Tracer.Tracer("shardsched/scheduler"),
@@ -210,6 +231,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		groupOps: map[string]time.Time{}, summaries: map[string]cache.JobSummary{},
 		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{}, statusOf: map[string]bool{}, queueStat: map[string]api.QueueStatus{},
+		binding: map[string]int{}, ho: newHandoff(),
 	}, nil
 }
 
@@ -277,13 +299,20 @@ func (s *Scheduler) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{s.hist.submitToBind, s.hist.admissionWait, s.hist.reserve, s.hist.place}
 }
 
-// Stats are cumulative counters.
-type Stats struct{ Cycles, Binds, BindFailures, Admitted, QuotaWaits int64 }
+// Stats are cumulative counters. Offers: jobs this shard offered to
+// another; OfferTimeouts: its offers withdrawn unclaimed; Claims: jobs it
+// claimed from another shard's offer; Refusals: offers it refused and
+// claims it gave up because the job did not fit.
+type Stats struct {
+	Cycles, Binds, BindFailures, Admitted, QuotaWaits int64
+	Offers, OfferTimeouts, Claims, Refusals           int64
+}
 
 // Stats returns the counters since start.
 func (s *Scheduler) Stats() Stats {
 	return Stats{Cycles: s.stats.cycles.Load(), Binds: s.stats.binds.Load(), BindFailures: s.stats.bindFailures.Load(),
-		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load()}
+		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load(),
+		Offers: s.stats.offers.Load(), OfferTimeouts: s.stats.offerTimeouts.Load(), Claims: s.stats.claims.Load(), Refusals: s.stats.refusals.Load()}
 }
 
 // Cycle runs one scheduling cycle: snapshot, admission, placement, status.
@@ -311,11 +340,14 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	s.releaseGone(ctx, live)
 	if s.stats.cycles.Load()%pruneEvery == 0 {
 		s.prune(live)
+		s.pruneHandoff(live)
 	}
 	s.implicitGroups(ctx, jobs)
 	s.admit(ctx, byQueue)
+	s.takeOffers(ctx, jobs)
 	s.placeAdmitted(ctx, jobs)
 	s.writeStatus(jobs)
+	s.publishCapacity()
 }
 
 // summary is the job's task counts, read from the cache once per cycle.
@@ -482,26 +514,30 @@ func (s *Scheduler) gangAmount(j *api.Job, pending []*api.Task, bound int) (api.
 	return sum, true
 }
 
-// placeAdmitted places the pending tasks of admitted jobs on this shard's
-// nodes: a gang not yet running needs minMember tasks placed at once.
+// placeAdmitted places the pending tasks of the jobs this shard places
+// (roleOf: admitted here and not claimed elsewhere, or claimed here) on
+// this shard's nodes: a gang not yet running needs minMember tasks placed
+// at once. A job of the queue owner that does not fit is offered to a
+// shard with room.
 func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	nodes := s.snap.Nodes()
-	if len(nodes) == 0 {
-		return
-	}
 	now := s.cfg.Now()
 	var confirms []confirmReq
 	defer func() {
 		parallel(confirms, s.cfg.AdmitParallelism, func(c confirmReq) { s.confirm(ctx, c.job, c.bound) })
 	}()
 	for _, j := range jobs {
-		s.mu.Lock()
-		_, ok := s.admitted[j.UID]
-		s.mu.Unlock()
-		if !ok {
+		role := s.roleOf(ctx, j)
+		if role == notMine {
 			continue
 		}
 		pending, bound, _ := s.jobTasks(j)
+		if role == placedElsewhere {
+			if s.needsConfirm(j, bound) {
+				confirms = append(confirms, confirmReq{job: j, bound: bound})
+			}
+			continue
+		}
 		var ready []*api.Task
 		s.mu.Lock()
 		for _, t := range pending {
@@ -515,7 +551,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		}
 		s.mu.Unlock()
 		if len(ready) == 0 {
-			if s.needsConfirm(j, bound) {
+			if role == asOwner && s.needsConfirm(j, bound) {
 				confirms = append(confirms, confirmReq{job: j, bound: bound})
 			}
 			continue
@@ -530,12 +566,25 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		_, pspan := s.tracer.Start(ctx, "scheduler.place", trace.WithAttributes(
 			attribute.String("job", j.Key()), attribute.Int("tasks", len(ready)), attribute.Int("min_member", need), attribute.Int("nodes_considered", len(nodes))))
 		t0 := time.Now()
-		res := placement.PlaceGang(s.place, ready, nodes, need, s.rng)
+		var res placement.Result
+		if len(nodes) > 0 {
+			res = placement.PlaceGang(s.place, ready, nodes, need, s.rng)
+		}
 		s.hist.place.Observe(time.Since(t0).Seconds())
 		pspan.SetAttributes(attribute.Bool("placed", res.OK))
 		pspan.End()
 		s.log.Debug("placement", "job", j.Key(), "need", need, "ready", len(ready), "ok", res.OK, "placed", res.Placed, "reasons", fmt.Sprint(res.Reasons))
 		if !res.OK {
+			if role == asOwner && s.offer(ctx, j, ready[:need]) {
+				continue
+			}
+			if role == asClaimer {
+				s.claimStuck(ctx, j)
+				continue
+			}
+			if len(nodes) == 0 {
+				continue
+			}
 			msg := placement.Summarize(res.Reasons, len(nodes))
 			if need > 1 {
 				msg = fmt.Sprintf("gang of %d (minMember %d) does not fit: %s", need, j.MinMember, msg)
@@ -547,6 +596,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			}
 			continue
 		}
+		req := s.placed(j, role)
 		for _, t := range ready {
 			node, ok := res.Assignments[t.UID]
 			if !ok {
@@ -558,9 +608,11 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			}
 			s.mu.Lock()
 			s.inflight[t.UID] = node
+			s.binding[j.UID]++
 			s.mu.Unlock()
+			req.task, req.node = *t, node
 			select {
-			case s.binds <- bindReq{task: *t, node: node, job: *j}:
+			case s.binds <- req:
 			case <-ctx.Done():
 				return
 			}
@@ -579,8 +631,10 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		case r = <-s.binds:
 		}
 		key := shard.PartitionKey(shard.Partition(r.node, s.cfg.Partitions))
-		var err error
-		if s.deps.Ownership.Use(key) {
+		leave, err := s.enterBind(r)
+		switch {
+		case err != nil:
+		case s.deps.Ownership.Use(key):
 			bctx, span := s.tracer.Start(ctx, "scheduler.bind", trace.WithAttributes(
 				attribute.String("pod", r.task.Key()), attribute.String("node", r.node), attribute.String("job", r.job.Key())))
 			cctx, cancel := context.WithTimeout(bctx, s.cfg.CallTimeout)
@@ -591,9 +645,10 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 			}
 			span.End()
 			s.deps.Ownership.Done(key)
-		} else {
+		default:
 			err = fmt.Errorf("partition %s of node %s is no longer held by this shard", key, r.node)
 		}
+		leave()
 		s.mu.Lock()
 		delete(s.inflight, r.task.UID)
 		if err != nil {
@@ -718,6 +773,7 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 		delete(s.confirmed, uid)
 		s.mu.Unlock()
 	})
+	s.forgetReleased(ctx, gone)
 }
 
 // pruneEvery is how many cycles pass between prunes of per-task state.

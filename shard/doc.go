@@ -20,6 +20,18 @@
 // shard that sees its record deleted or its session expire stops using the
 // key at once.
 //
+// # Claims
+//
+// A job that does not fit on its queue owner's partitions can be handed to
+// another shard through a claim record <prefix>/claims/<job UID> (Claims):
+// the queue owner offers it (a Txn that also compares its ownership record
+// of the queue with its lease, and creates the record only if absent, under
+// its lease); the shard offered to claims it (a Txn on the record's
+// ModRevision, under its own lease). A job is placed by the shard its
+// claimed record names if one exists, else by its queue's owner. Shards
+// gossip a capacity summary of their nodes (Meta.Capacity) to choose whom
+// to offer a job to.
+//
 // The decisions are made by Machine, a deterministic state machine driven by
 // events and a clock; Shard wraps it in one goroutine that talks to
 // memberlist and etcd.

@@ -59,6 +59,8 @@ type Daemon struct {
 	Status *status.Batcher
 	Quota  *coordinator.Client
 	Source *kube.Source
+	// Claims are the claim records of jobs handed between shards.
+	Claims *shard.Claims
 
 	sched    *scheduler.Scheduler
 	registry *prometheus.Registry
@@ -153,8 +155,10 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	schedCfg := opts.Scheduler
 	schedCfg.Logger = log
 	schedCfg.Tracer = opts.Tracer
+	claims := shard.NewClaims(sh)
 	sched, err = scheduler.New(schedCfg, scheduler.Deps{
 		Cache: c, Ownership: sh, Quota: quota, Binder: kube.NewBinder(cs), Recorder: rec, Status: batcher, Groups: kube.NewGroups(vc),
+		Peers: sh, Claims: claims,
 	})
 	if err != nil {
 		return err
@@ -174,6 +178,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	}
 	run(coord.Run)
 	run(sh.Run)
+	run(claims.Run)
 	if err := src.Start(rctx); err != nil {
 		cancel()
 		wg.Wait()
@@ -221,7 +226,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 			}
 		}
 	})
-	d := &Daemon{opts: opts, Shard: sh, Coord: coord, Cache: c, Status: batcher, Quota: quota, Source: src, sched: sched}
+	d := &Daemon{opts: opts, Shard: sh, Coord: coord, Cache: c, Status: batcher, Quota: quota, Source: src, Claims: claims, sched: sched}
 	d.registry = d.registerMetrics()
 	if opts.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", opts.HTTPAddr)

@@ -52,22 +52,42 @@ type env struct {
 // newEnv starts one shard process (coordinator, shard, scheduler) on a
 // fresh embedded etcd against the package's control plane.
 func newEnv(t *testing.T) *env {
-	cfg := cp.Require(t)
+	ev := newNamespace(t)
 	e := testenv.NewEtcd(t)
+	ev.d, ev.http = startDaemon(t, ev.cfg, "shard-0", e.Endpoints, nil)
+	ev.eventually("the shard holds every partition", 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 })
+	return ev
+}
+
+// newNamespace creates the test's namespace (deleted when it ends) and the
+// clients, without starting a daemon.
+func newNamespace(t *testing.T) *env {
+	cfg := cp.Require(t)
 	ns := strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
 	ev := &env{t: t, cfg: cfg, cs: kubernetes.NewForConfigOrDie(cfg), vc: volcano.NewForConfigOrDie(cfg), ns: ns}
-	ctx := context.Background()
-	if _, err := ev.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := ev.cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = ev.cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	return ev
+}
+
+// startDaemon runs one shard process named name on etcd endpoints, joining
+// the gossip seeds in join, until the test ends; it returns the daemon and
+// its /metrics address.
+func startDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string) (*Daemon, string) {
+	t.Helper()
 	port, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev.http = fmt.Sprintf("127.0.0.1:%d", port)
-	opts := Options{Name: "shard-0", REST: cfg, EtcdEndpoints: e.Endpoints, HTTPAddr: ev.http}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	opts := Options{Name: name, REST: cfg, EtcdEndpoints: endpoints, HTTPAddr: httpAddr}
 	opts.Shard = shard.DefaultConfig()
 	opts.Shard.BindAddr, opts.Shard.BindPort = "127.0.0.1", 0
+	opts.Shard.Join = join
 	opts.Shard.Partitions = 64
 	opts.Shard.GossipProfile = "local"
 	opts.Shard.SessionTTL = 5
@@ -83,26 +103,25 @@ func newEnv(t *testing.T) *env {
 	if testing.Verbose() {
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	rctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithCancel(context.Background())
 	readyc := make(chan *Daemon, 1)
 	done := make(chan error, 1)
 	go func() { done <- Run(rctx, opts, func(d *Daemon) { readyc <- d }) }()
+	var d *Daemon
 	select {
-	case ev.d = <-readyc:
+	case d = <-readyc:
 	case err := <-done:
 		cancel()
-		t.Fatalf("daemon: %v", err)
+		t.Fatalf("daemon %s: %v", name, err)
 	case <-time.After(60 * time.Second):
 		cancel()
-		t.Fatal("daemon not ready after 60s")
+		t.Fatalf("daemon %s not ready after 60s", name)
 	}
 	t.Cleanup(func() {
 		cancel()
 		<-done
-		_ = ev.cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
-	ev.eventually("the shard holds every partition", 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 })
-	return ev
+	return d, httpAddr
 }
 
 func (ev *env) eventually(what string, timeout time.Duration, cond func() bool) {
@@ -388,16 +407,19 @@ func TestF4ScaleLoopImplicitPodGroups(t *testing.T) {
 		rounds, time.Since(start).Round(time.Millisecond), deleted)
 }
 
-func (ev *env) scrape() map[string]float64 {
-	ev.t.Helper()
-	resp, err := http.Get("http://" + ev.http + "/metrics")
+func (ev *env) scrape() map[string]float64 { return scrapeAt(ev.t, ev.http) }
+
+// scrapeAt reads the shardsched_ series of the /metrics endpoint at addr.
+func scrapeAt(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		ev.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		ev.t.Fatal(err)
+		t.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(b), "\n") {

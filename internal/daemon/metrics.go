@@ -43,6 +43,10 @@ func (d *Daemon) registerMetrics() *prometheus.Registry {
 	counter("admissions_total", "Jobs admitted by the coordinator.", func() float64 { return float64(st().Admitted) })
 	counter("admission_waits_total", "Admissions refused for lack of quota.", func() float64 { return float64(st().QuotaWaits) })
 	counter("cycles_total", "Scheduling cycles run.", func() float64 { return float64(st().Cycles) })
+	counter("handoff_offers_total", "Jobs that did not fit here offered to another shard.", func() float64 { return float64(st().Offers) })
+	counter("handoff_offer_timeouts_total", "Offers withdrawn because no shard claimed them in time.", func() float64 { return float64(st().OfferTimeouts) })
+	counter("handoff_claims_total", "Jobs claimed here from another shard's offer.", func() float64 { return float64(st().Claims) })
+	counter("handoff_refusals_total", "Offers refused and claims given up here because the job did not fit.", func() float64 { return float64(st().Refusals) })
 	counter("coordinator_groups_total", "Groups committed while leading.", func() float64 { return float64(d.Coord.Stats().Groups) })
 	reg.MustRegister(newQueueCollector(d))
 	return reg

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
+)
+
+// result is what one run measured.
+type result struct {
+	mode string
+	sys  sysSpec
+	pods int // created
+	// latencies (seconds, ascending) and bind times (seconds since the
+	// clock started) of the bound pods.
+	latencies, bindTimes []float64
+	wall                 time.Duration // clock start to the last bind (or the timeout)
+	podsPerSec           float64
+	createPerSec         float64
+	// cpu is the system's CPU time over the clock; for an in-process
+	// system it includes the harness. harnessCPU is the bench process's
+	// CPU over the same time when the system runs as a process of its own.
+	cpu, harnessCPU time.Duration
+	inProcess       bool
+	peakRSSKiB      int64
+	boundTwice      int64 // pods whose nodeName changed once set
+	doubleBooked    int64 // nodes whose pods request more CPU than allocatable
+}
+
+func (r result) bound() int { return len(r.latencies) }
+
+// bindWatch records, from an informer on the run's namespace, when each pod
+// was created (by the harness) and first seen bound. Safe for concurrent use.
+type bindWatch struct {
+	mu      sync.Mutex
+	created map[types.UID]time.Time
+	bound   map[types.UID]time.Time
+	node    map[types.UID]string
+	seen    map[types.UID]struct{} // every pod the informer has seen
+	twice   int64
+}
+
+func newBindWatch() *bindWatch {
+	return &bindWatch{created: map[types.UID]time.Time{}, bound: map[types.UID]time.Time{},
+		node: map[types.UID]string{}, seen: map[types.UID]struct{}{}}
+}
+
+func (w *bindWatch) onPod(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen[p.UID] = struct{}{}
+	if p.Spec.NodeName == "" {
+		return
+	}
+	if prev, ok := w.node[p.UID]; !ok {
+		w.node[p.UID], w.bound[p.UID] = p.Spec.NodeName, now
+	} else if prev != p.Spec.NodeName {
+		w.node[p.UID] = p.Spec.NodeName
+		w.twice++
+	}
+}
+
+func (w *bindWatch) counts() (seen, bound int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.seen), len(w.bound)
+}
+
+// runOne runs sys once in mode on its own namespace, then deletes the pods.
+func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysSpec, index int) (result, error) {
+	run := runSpec{
+		index:     index,
+		namespace: fmt.Sprintf("bench-%d-%s-%s", index, mode, sys.name),
+		schedName: fmt.Sprintf("bench-%s-%s", mode, sys.name),
+		pods:      o.pods,
+	}
+	if err := createNamespace(ctx, env, run, o.groups); err != nil {
+		return result{}, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := newBindWatch()
+	f := informers.NewSharedInformerFactoryWithOptions(env.cs, 0, informers.WithNamespace(run.namespace))
+	// A pod may already be bound when the informer first sees it.
+	if _, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: w.onPod, UpdateFunc: func(_, obj any) { w.onPod(obj) }}); err != nil {
+		return result{}, err
+	}
+	f.Start(rctx.Done())
+	defer func() { cancel(); f.Shutdown() }() // Shutdown waits for the informer, which waits for rctx
+	f.WaitForCacheSync(rctx.Done())
+
+	r := result{mode: mode, sys: sys, pods: o.pods}
+	var inst *instance
+	var start time.Time
+	var cpu0, harness0 time.Duration
+	stopped := false
+	stop := func() {
+		if inst != nil && !stopped {
+			stopped = true
+			r.peakRSSKiB = inst.stop()
+		}
+	}
+	defer stop()
+	switch mode {
+	case modeStream:
+		var err error
+		if inst, err = sys.impl.start(rctx, env, run); err != nil {
+			return result{}, err
+		}
+		cpu0, harness0, start = inst.cpu(), processCPU(), time.Now()
+		createDur, err := createPods(rctx, env.cs, o, run, w)
+		if err != nil {
+			return result{}, err
+		}
+		r.createPerSec = float64(o.pods) / createDur.Seconds()
+	case modeBacklog:
+		createDur, err := createPods(rctx, env.cs, o, run, w)
+		if err != nil {
+			return result{}, err
+		}
+		r.createPerSec = float64(o.pods) / createDur.Seconds()
+		// The clock must not start before the watch has caught up.
+		if err := waitFor(rctx, time.Minute, func() (bool, error) { seen, _ := w.counts(); return seen >= o.pods, nil }); err != nil {
+			return result{}, fmt.Errorf("watch did not see every created pod: %w", err)
+		}
+		harness0, start = processCPU(), time.Now()
+		if inst, err = sys.impl.start(rctx, env, run); err != nil {
+			return result{}, err
+		}
+	}
+	err := waitFor(rctx, o.timeout, func() (bool, error) {
+		_, bound := w.counts()
+		return bound >= o.pods, inst.check()
+	})
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		// Report what was bound by the timeout.
+	case err != nil:
+		return result{}, err
+	}
+	r.wall = time.Since(start)
+	r.cpu, r.inProcess = inst.cpu()-cpu0, inst.inProcess
+	if !inst.inProcess {
+		r.harnessCPU = processCPU() - harness0
+	}
+	stop()
+
+	w.mu.Lock()
+	var last time.Duration
+	for uid, b := range w.bound {
+		from := start
+		if mode == modeStream {
+			c, ok := w.created[uid]
+			if !ok {
+				continue // its create call failed after the pod was stored
+			}
+			from = c
+		}
+		r.latencies = append(r.latencies, b.Sub(from).Seconds())
+		r.bindTimes = append(r.bindTimes, b.Sub(start).Seconds())
+		last = max(last, b.Sub(start))
+	}
+	r.boundTwice = w.twice
+	w.mu.Unlock()
+	slices.Sort(r.latencies)
+	slices.Sort(r.bindTimes)
+	if len(r.latencies) == o.pods {
+		r.wall = last
+	}
+	if last > 0 {
+		r.podsPerSec = float64(len(r.latencies)) / last.Seconds()
+	}
+	if r.doubleBooked, err = doubleBookedNodes(ctx, env.cs); err != nil {
+		return result{}, fmt.Errorf("check nodes: %w", err)
+	}
+	if err := deletePods(ctx, env.cs, run.namespace); err != nil {
+		return result{}, fmt.Errorf("delete the run's pods: %w", err)
+	}
+	return r, nil
+}
+
+func createNamespace(ctx context.Context, env *benchEnv, run runSpec, groups int) error {
+	if _, err := env.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.namespace}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	vc, err := volcano.NewForConfig(env.rest)
+	if err != nil {
+		return err
+	}
+	for g := 0; g < groups; g++ {
+		pg := &schedv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", g), Namespace: run.namespace},
+			Spec: schedv1beta1.PodGroupSpec{MinMember: 1, Queue: "default"}}
+		if _, err := vc.SchedulingV1beta1().PodGroups(run.namespace).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createPods creates the run's pods with o.creators workers, recording
+// when each create call was made, and returns how long it took.
+func createPods(ctx context.Context, cs kubernetes.Interface, o options, run runSpec, w *bindWatch) (time.Duration, error) {
+	cpu, mem := resource.MustParse("1"), resource.MustParse("2Gi")
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, o.creators)
+	for c := 0; c < o.creators; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= o.pods {
+					return
+				}
+				p := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d", i), Namespace: run.namespace,
+						Annotations: map[string]string{"scheduling.k8s.io/group-name": fmt.Sprintf("job-%d", i%o.groups)}},
+					Spec: corev1.PodSpec{SchedulerName: run.schedName, Containers: []corev1.Container{{Name: "c", Image: "busybox",
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+							corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}}}}},
+				}
+				t0 := time.Now()
+				out, err := cs.CoreV1().Pods(run.namespace).Create(ctx, p, metav1.CreateOptions{})
+				if err != nil {
+					errs[c] = fmt.Errorf("create pod %s: %w", p.Name, err)
+					return
+				}
+				w.mu.Lock()
+				w.created[out.UID] = t0
+				w.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), errors.Join(errs...)
+}
+
+// waitFor polls done every 50 ms until it reports true or an error, ctx
+// ends, or timeout passes (context.DeadlineExceeded).
+func waitFor(ctx context.Context, timeout time.Duration, done func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return context.DeadlineExceeded
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// doubleBookedNodes counts the nodes whose pods (every namespace, terminal
+// pods excluded) request more CPU than the node's allocatable.
+func doubleBookedNodes(ctx context.Context, cs kubernetes.Interface) (int64, error) {
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	requested := map[string]int64{} // node → milli-CPU
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			requested[p.Spec.NodeName] += c.Resources.Requests.Cpu().MilliValue()
+		}
+	}
+	var n int64
+	for i := range nodes.Items {
+		nd := &nodes.Items[i]
+		if requested[nd.Name] > nd.Status.Allocatable.Cpu().MilliValue() {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// deletePods deletes every pod of ns at once (grace period 0) and waits
+// until they are gone, so that the next run starts on empty nodes.
+func deletePods(ctx context.Context, cs kubernetes.Interface, ns string) error {
+	zero := int64(0)
+	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	return waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(l.Items) == 0, err
+	})
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/shardsched/shardsched/bench/report"
+	"github.com/shardsched/shardsched/internal/cluster"
+)
+
+// Invariant names in report.Run.Invariants.
+const (
+	invBoundTwice   = "pods_bound_twice"
+	invDoubleBooked = "double_booked_nodes"
+)
+
+// printTables writes one Markdown table per mode; ratios are against the
+// first system of the mode.
+func printTables(w io.Writer, o options, results []result) {
+	fmt.Fprintf(w, "realbench: %d kwok nodes × 64 CPU, %d pods of 1 CPU / 2Gi per run, %d creators, %d PodGroups\n",
+		o.nodes, o.pods, o.creators, o.groups)
+	for _, mode := range o.modes {
+		var rs []result
+		for _, r := range results {
+			if r.mode == mode {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		base := rs[0]
+		latency := "create→bound"
+		if mode == modeBacklog {
+			latency = "start→bound"
+		}
+		fmt.Fprintf(w, "\n### %s mode\n\n", mode)
+		fmt.Fprintf(w, "| system | pods/s | vs %s | %s p50 | p99 | max | CPU s | CPU s / 1000 pods | peak RSS MiB | unbound | bound twice | double-booked nodes |\n", base.sys.name, latency)
+		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range rs {
+			cpuNote, rssNote := "", ""
+			if r.inProcess {
+				cpuNote, rssNote = "¹", "²"
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %.1f%s | %.2f%s | %.0f%s | %d | %d | %d |\n",
+				r.sys.name, r.podsPerSec, ratio(r.podsPerSec, base.podsPerSec),
+				seconds(report.Percentile(r.latencies, 50)), seconds(report.Percentile(r.latencies, 99)), seconds(report.Percentile(r.latencies, 100)),
+				r.cpu.Seconds(), cpuNote, cpuPer1000(r), cpuNote, float64(r.peakRSSKiB)/1024, rssNote,
+				r.pods-r.bound(), r.boundTwice, r.doubleBooked)
+		}
+		fmt.Fprintf(w, "\npod creation ran at %.0f pods/s in the %s run", base.createPerSec, base.sys.name)
+		if mode == modeStream {
+			fmt.Fprintf(w, " (the ceiling of any scheduler in stream mode)")
+		} else {
+			fmt.Fprintf(w, " (before the scheduler started; not timed)")
+		}
+		fmt.Fprintln(w, ".")
+		for _, r := range rs {
+			if mode == modeBacklog && len(r.bindTimes) > 0 {
+				fmt.Fprintf(w, "%s: first bind %.2f s after it was started.\n", r.sys.name, r.bindTimes[0])
+			}
+			if !r.inProcess {
+				fmt.Fprintf(w, "%s: the harness (this process: pod creators and watch) used %.1f CPU s beside it.\n", r.sys.name, r.harnessCPU.Seconds())
+			}
+		}
+	}
+	fmt.Fprintln(w, "\n¹ in-process systems: CPU of the whole bench process over the run, harness included.")
+	fmt.Fprintln(w, "² in-process systems: peak RSS of the whole bench process so far (it only grows over the invocation).")
+}
+
+func ratio(v, base float64) string {
+	if !(base > 0) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", v/base)
+}
+
+func seconds(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(time.Millisecond).String()
+}
+
+func cpuPer1000(r result) float64 {
+	if r.bound() == 0 {
+		return 0
+	}
+	return r.cpu.Seconds() / float64(r.bound()) * 1000
+}
+
+// buildReport turns the results into a report.Report with the targets the
+// real mode is judged by.
+func buildReport(o options, results []result, started time.Time) report.Report {
+	rep := report.Report{
+		Title:   fmt.Sprintf("realbench: %d kwok nodes, %d pods per run", o.nodes, o.pods),
+		Command: strings.Join(append([]string{"realbench"}, os.Args[1:]...), " "),
+		Started: started,
+		Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()),
+		Notes: []string{
+			"Each run has its own namespace and schedulerName and starts on empty nodes (the previous run's pods are deleted).",
+			"stream: latency is create→bound. backlog: every pod exists before the scheduler starts; the clock starts when it is started and latency is start→bound, so its p99 is about the drain time and the p99 target is judged on stream runs only.",
+			"In-process systems (binder, shardsched-N): CPU is the whole bench process over the run, harness (pod creators, watch) included; peak RSS is the bench process's peak so far. kube-scheduler runs as its own process: its CPU and peak RSS are its own.",
+			"kube-scheduler " + cluster.KubeVersion + ": one profile named after the run's schedulerName, leader election off, default plugins and percentageOfNodesToScore; kube-scheduler uses client QPS 50 / burst 100 (its defaults), kube-scheduler-qps 5000 / 5000.",
+		},
+	}
+	tier := fmt.Sprintf("%d nodes", o.nodes)
+	for _, r := range results {
+		rep.Runs = append(rep.Runs, toRun(r, tier))
+	}
+	rep.Targets = targets(results, rep.Runs)
+	return rep
+}
+
+func toRun(r result, tier string) report.Run {
+	system := r.sys.name
+	if r.sys.shards > 0 {
+		system = "shardsched"
+	}
+	run := report.Run{
+		Name:              r.mode + "/" + r.sys.name,
+		Mode:              "real",
+		Scenario:          r.mode,
+		Tier:              tier,
+		System:            system,
+		Shards:            r.sys.shards,
+		Pods:              r.bound(),
+		Unbound:           r.pods - r.bound(),
+		WallSeconds:       r.wall.Seconds(),
+		PodsPerSec:        r.podsPerSec,
+		LatencyP50:        report.Percentile(r.latencies, 50),
+		LatencyP99:        report.Percentile(r.latencies, 99),
+		LatencyMax:        report.Percentile(r.latencies, 100),
+		LatencyCDF:        report.CDFSample(r.latencies, report.CDFPoints),
+		CPUSeconds:        r.cpu.Seconds(),
+		CPUSecondsPer1000: cpuPer1000(r),
+		PeakRSSMiB:        float64(r.peakRSSKiB) / 1024,
+		Invariants:        map[string]int64{invBoundTwice: r.boundTwice, invDoubleBooked: r.doubleBooked},
+	}
+	rate := report.NewRate(1)
+	for _, t := range r.bindTimes {
+		rate.Add(t, 1)
+	}
+	rate.Add(r.wall.Seconds(), 0)
+	run.Throughput = rate.Points()
+	note := fmt.Sprintf("pods created at %.0f pods/s", r.createPerSec)
+	if len(r.bindTimes) > 0 {
+		note += fmt.Sprintf("; first bind %.2f s after the clock started", r.bindTimes[0])
+	}
+	if r.inProcess {
+		note += "; CPU and peak RSS are the whole bench process's"
+	} else {
+		note += fmt.Sprintf("; the harness used %.1f CPU s beside it (not counted)", r.harnessCPU.Seconds())
+	}
+	run.Notes = []string{note}
+	return run
+}
+
+// targets judges the shardsched runs of each mode against the binder and
+// kube-scheduler-qps runs of the same mode; a target whose runs are absent
+// is skipped. runs[i] is results[i] as a report.Run.
+func targets(results []result, runs []report.Run) []report.Target {
+	find := func(mode, name string) (result, report.Run, bool) {
+		for i, r := range results {
+			if r.mode == mode && r.sys.name == name {
+				return r, runs[i], true
+			}
+		}
+		return result{}, report.Run{}, false
+	}
+	var out []report.Target
+	for i, r := range results {
+		if r.sys.shards == 0 {
+			continue
+		}
+		s := runs[i]
+		where := fmt.Sprintf("%s, %s, %s", r.sys.name, r.mode, s.Tier)
+		if _, b, ok := find(r.mode, "binder"); ok {
+			q := s.PodsPerSec / b.PodsPerSec
+			out = append(out, report.Target{
+				Name:  "shardsched pods/s vs binder (" + where + ")",
+				Goal:  "≥ 0.9× binder",
+				Value: fmt.Sprintf("%.2f× (%.0f vs %.0f pods/s)", q, s.PodsPerSec, b.PodsPerSec),
+				Met:   q >= 0.9,
+			})
+		}
+		if r.mode == modeStream {
+			t := report.Target{
+				Name:  "p99 create→bound (" + where + ")",
+				Goal:  "≤ 2 s",
+				Value: fmt.Sprintf("%.2f s", s.LatencyP99),
+				Met:   s.LatencyP99 <= 2 && s.Unbound == 0,
+			}
+			if s.Unbound > 0 {
+				t.Why = fmt.Sprintf("%d pods were never bound", s.Unbound)
+			}
+			out = append(out, t)
+		}
+		kr, k, ok := find(r.mode, "kube-scheduler-qps")
+		if !ok {
+			continue
+		}
+		q := s.PodsPerSec / k.PodsPerSec
+		out = append(out, report.Target{
+			Name:  "pods/s vs kube-scheduler-qps (" + where + ")",
+			Goal:  "≥ 2× kube-scheduler-qps",
+			Value: fmt.Sprintf("%.2f× (%.0f vs %.0f pods/s)", q, s.PodsPerSec, k.PodsPerSec),
+			Met:   q >= 2,
+		})
+		t := report.Target{
+			Name:  "CPU s per 1000 pods vs kube-scheduler-qps (" + where + ")",
+			Goal:  "fewer than kube-scheduler-qps",
+			Value: fmt.Sprintf("%.2f vs %.2f", s.CPUSecondsPer1000, k.CPUSecondsPer1000),
+			Met:   s.Pods > 0 && s.CPUSecondsPer1000 < k.CPUSecondsPer1000,
+		}
+		if kr.bound() > 0 {
+			harness := kr.harnessCPU.Seconds() / float64(kr.bound()) * 1000
+			t.Value += fmt.Sprintf(" (shardsched's figure includes the harness, %.2f per 1000 pods beside kube-scheduler-qps)", harness)
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// writeReport writes report.md, report.json and the plots into dir.
+func writeReport(dir string, rep report.Report) error {
+	_, err := report.Write(dir, rep)
+	return err
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/internal/daemon"
+	"github.com/shardsched/shardsched/scheduler"
+	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/status"
+)
+
+// benchEnv is what every run shares: the control plane and the etcd the
+// shardsched shards coordinate through.
+type benchEnv struct {
+	rest       *rest.Config
+	cs         kubernetes.Interface
+	kubeconfig string // admin kubeconfig of the control plane
+	dir        string // control plane state directory, removed at the end
+	etcd       []string
+}
+
+// runSpec names one run: the namespace its pods live in and the
+// schedulerName they ask for.
+type runSpec struct {
+	index     int // unique in the invocation
+	namespace string
+	schedName string
+	pods      int
+}
+
+// system is one scheduler under test.
+type system interface {
+	// start launches the system for the pods of run.schedName and returns
+	// once it is ready to schedule. On error nothing is left running.
+	start(ctx context.Context, env *benchEnv, run runSpec) (*instance, error)
+}
+
+// instance is a started system. Its functions are called from the
+// goroutine that started it.
+type instance struct {
+	// inProcess is true when the system runs inside the bench process: its
+	// CPU and RSS then include the harness (pod creators and watch).
+	inProcess bool
+	// cpu returns the CPU time used since start was called.
+	cpu func() time.Duration
+	// check returns an error once the system has died.
+	check func() error
+	// stop ends the system, waits for it and returns its peak RSS in KiB.
+	stop func() (peakRSSKiB int64)
+}
+
+// sysSpec is a system as named on the command line.
+type sysSpec struct {
+	name   string
+	shards int // shardsched only
+	impl   system
+}
+
+func parseSystem(name string) (sysSpec, error) {
+	switch {
+	case name == "binder":
+		return sysSpec{name: name, impl: binderSystem{workers: 32}}, nil
+	case strings.HasPrefix(name, "shardsched-"):
+		var n int
+		if _, err := fmt.Sscanf(name, "shardsched-%d", &n); err != nil || n < 1 || n > 16 || fmt.Sprintf("shardsched-%d", n) != name {
+			return sysSpec{}, fmt.Errorf("system %q: want shardsched-N with N in 1..16", name)
+		}
+		return sysSpec{name: name, shards: n, impl: shardschedSystem{shards: n}}, nil
+	case name == "kube-scheduler" || name == "kube-scheduler-qps":
+		bin, err := kubeSchedulerBinary()
+		if err != nil {
+			return sysSpec{}, err
+		}
+		ks := kubeSchedulerSystem{bin: bin}
+		if name == "kube-scheduler-qps" {
+			ks.qps, ks.burst = 5000, 5000
+		}
+		return sysSpec{name: name, impl: ks}, nil
+	}
+	return sysSpec{}, fmt.Errorf("unknown system %q (binder, shardsched-N, kube-scheduler, kube-scheduler-qps)", name)
+}
+
+// processCPU is the CPU time of the bench process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processPeakRSSKiB is the peak RSS of the bench process so far (Linux
+// reports ru_maxrss in KiB).
+func processPeakRSSKiB() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Maxrss
+}
+
+// inProcess starts body in a goroutine of this process and returns its
+// instance; stopping cancels body's context and waits for it.
+func inProcess(ctx context.Context, body func(ctx context.Context, wg *sync.WaitGroup)) (*instance, context.CancelFunc) {
+	cpu0 := processCPU()
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	body(sctx, &wg)
+	stop := func() int64 {
+		cancel()
+		wg.Wait()
+		return processPeakRSSKiB()
+	}
+	return &instance{
+		inProcess: true,
+		cpu:       func() time.Duration { return processCPU() - cpu0 },
+		check:     func() error { return nil },
+		stop:      stop,
+	}, func() { stop() }
+}
+
+// binderSystem is the no-logic baseline: every pending pod of the run is
+// bound to the next node, round-robin, by workers workers.
+type binderSystem struct{ workers int }
+
+func (b binderSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*instance, error) {
+	nodes, err := env.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if len(nodes.Items) == 0 {
+		return nil, errors.New("binder: no nodes")
+	}
+	inst, _ := inProcess(ctx, func(ctx context.Context, wg *sync.WaitGroup) {
+		wg.Add(1)
+		go func() { defer wg.Done(); runBinder(ctx, env.cs, nodes.Items, run, b.workers) }()
+	})
+	return inst, nil
+}
+
+func runBinder(ctx context.Context, cs kubernetes.Interface, nodes []corev1.Node, run runSpec, workers int) {
+	queue := make(chan *corev1.Pod, run.pods)
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(run.namespace))
+	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName == "" && p.Spec.SchedulerName == run.schedName {
+			select {
+			case queue <- p:
+			default:
+			}
+		}
+	}})
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	var rr atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case p := <-queue:
+					node := nodes[int(rr.Add(1))%len(nodes)].Name
+					_ = cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+						ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+						Target:     corev1.ObjectReference{Kind: "Node", Name: node}}, metav1.CreateOptions{})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// shardschedSystem runs shards daemons in this process, each with its own
+// gossip port, coordinating through the bench etcd under a prefix of the
+// run's own.
+type shardschedSystem struct{ shards int }
+
+func (s shardschedSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*instance, error) {
+	var startErr error
+	inst, abort := inProcess(ctx, func(ctx context.Context, wg *sync.WaitGroup) {
+		var seed string
+		for i := 0; i < s.shards; i++ {
+			opts := daemonOptions(env.rest, env.etcd, fmt.Sprintf("shardsched-%d-%d", run.index, i), fmt.Sprintf("/bench/%d", run.index), run.schedName)
+			if seed != "" {
+				opts.Shard.Join = []string{seed}
+			}
+			readyc := make(chan string, 1)
+			exited := make(chan error, 1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := daemon.Run(ctx, opts, func(d *daemon.Daemon) { readyc <- d.Shard.GossipAddr() })
+				exited <- err
+				if err != nil && !errors.Is(err, context.Canceled) {
+					fmt.Fprintln(os.Stderr, "daemon:", err)
+				}
+			}()
+			select {
+			case seed = <-readyc:
+			case err := <-exited:
+				startErr = fmt.Errorf("shard %d ended before it was ready: %v", i, err)
+				return
+			case <-time.After(time.Minute):
+				startErr = fmt.Errorf("shard %d did not start within a minute", i)
+				return
+			}
+		}
+	})
+	if startErr != nil {
+		abort()
+		return nil, startErr
+	}
+	time.Sleep(3 * time.Second) // ownership settles
+	return inst, nil
+}
+
+func daemonOptions(rc *rest.Config, etcd []string, name, prefix, schedName string) daemon.Options {
+	o := daemon.Options{Name: name, REST: rc, EtcdEndpoints: etcd, Logger: slog.New(slog.DiscardHandler)}
+	o.Shard = shard.DefaultConfig()
+	o.Shard.BindAddr, o.Shard.BindPort, o.Shard.GossipProfile = "127.0.0.1", 0, "local"
+	o.Shard.EtcdPrefix = prefix + "/shards"
+	o.Shard.Partitions = 1024
+	o.Shard.SessionTTL = 5
+	o.Coordinator = coordinator.DefaultConfig()
+	o.Coordinator.Prefix = prefix + "/coordinator"
+	o.Scheduler = scheduler.DefaultConfig()
+	o.Scheduler.SchedulerName, o.Scheduler.Partitions = schedName, 1024
+	o.Status = status.DefaultConfig()
+	return o
+}

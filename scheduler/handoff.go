@@ -1,0 +1,564 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/placement"
+	"github.com/shardsched/shardsched/shard"
+)
+
+// Peers is the gossip view of the shards (*shard.Shard): this shard's
+// name, every live member's metadata (capacity summaries included), and
+// the capacity summary this shard publishes. Safe for concurrent use;
+// SetCapacity must not block.
+type Peers interface {
+	Name() string
+	Members() []shard.Meta
+	SetCapacity(c shard.Capacity)
+}
+
+// Claims is the store of claim records (*shard.Claims), through which a job
+// that does not fit on its queue owner's partitions is handed to another
+// shard. Safe for concurrent use. Lookups never block; Offer, Claim, Drop
+// and Delete block for one etcd transaction. See shard.Claims for the
+// transactions.
+type Claims interface {
+	Lookup(uid string) (shard.Claim, bool)
+	List() []shard.Claim
+	// OwnerMayPlace: this shard holds the queue's record and knows of no
+	// claim record for the job (with a view at least as new as its
+	// acquisition of the queue's record).
+	OwnerMayPlace(uid, queue string) bool
+	// Holds: the job is claimed by this shard under its current lease.
+	Holds(uid string) bool
+	Use(uid string) bool
+	Done(uid string)
+	Offer(ctx context.Context, uid, queue, to string) (shard.Claim, error)
+	Claim(ctx context.Context, uid string, rev int64) (shard.Claim, error)
+	Drop(ctx context.Context, uid string, rev int64) error
+	Delete(ctx context.Context, uid string) error
+}
+
+var (
+	_ Peers  = (*shard.Shard)(nil)
+	_ Claims = (*shard.Claims)(nil)
+)
+
+// role is what this shard does with one job in a cycle.
+type role int
+
+const (
+	// notMine: neither the queue owner's admission nor a claim is here.
+	notMine role = iota
+	// asOwner: this shard admitted the job, holds its queue, and no claim
+	// record exists: it places the job, and offers it when it does not fit.
+	asOwner
+	// asClaimer: this shard holds the job's claim record: it places the job.
+	asClaimer
+	// placedElsewhere: this shard admitted the job but does not place it
+	// (a claim record exists, or the queue is no longer held): it only
+	// confirms the reservation once the gang is bound.
+	placedElsewhere
+)
+
+// handoff is the loop-only state of offers and claims.
+type handoff struct {
+	offers  map[string]sentOffer            // job UID → the offer this shard made
+	refused map[string]map[string]time.Time // job UID → shard → when it refused (or gave up) the job
+	stuck   map[string]time.Time            // job UID → since when a claimed job does not fit here
+	capAt   time.Time                       // last capacity publication
+	lastCap shard.Capacity
+}
+
+type sentOffer struct {
+	to      string
+	at      time.Time
+	claimed bool
+}
+
+func newHandoff() handoff {
+	return handoff{offers: map[string]sentOffer{}, refused: map[string]map[string]time.Time{}, stuck: map[string]time.Time{}}
+}
+
+// handoffOn reports whether jobs may move between shards.
+func (s *Scheduler) handoffOn() bool { return s.deps.Claims != nil && s.deps.Peers != nil }
+
+// roleOf decides who places j, by the rule in doc.go: the shard its claim
+// record names as claimed, else the owner of its queue.
+func (s *Scheduler) roleOf(ctx context.Context, j *api.Job) role {
+	s.mu.Lock()
+	_, admitted := s.admitted[j.UID]
+	s.mu.Unlock()
+	if !s.handoffOn() {
+		switch {
+		case !admitted:
+			return notMine
+		case s.deps.Ownership.Holds(shard.QueueKey(j.Queue)):
+			return asOwner
+		default:
+			return placedElsewhere
+		}
+	}
+	if c, ok := s.deps.Claims.Lookup(j.UID); ok {
+		if c.State == shard.Claimed && s.deps.Claims.Holds(j.UID) {
+			return asClaimer
+		}
+		if admitted {
+			s.followOffer(ctx, j, c)
+			return placedElsewhere
+		}
+		return notMine
+	}
+	s.offerEnded(j.UID)
+	switch {
+	case !admitted:
+		return notMine
+	case s.deps.Claims.OwnerMayPlace(j.UID, j.Queue):
+		return asOwner
+	default:
+		return placedElsewhere
+	}
+}
+
+// followOffer tracks the claim record of a job this shard admitted: it
+// notes when its offer is claimed, and withdraws an offer nobody claimed
+// within OfferTimeout (if the record is still the one it offered).
+func (s *Scheduler) followOffer(ctx context.Context, j *api.Job, c shard.Claim) {
+	if c.Unknown {
+		return
+	}
+	now := s.cfg.Now()
+	o, ok := s.ho.offers[j.UID]
+	if !ok {
+		// A record this process did not write (a previous owner's, or
+		// ours before a restart): follow it from now on.
+		o = sentOffer{to: c.To, at: now}
+	}
+	o.to = c.To
+	if c.State == shard.Claimed {
+		o.claimed = true
+		s.ho.offers[j.UID] = o
+		return
+	}
+	s.ho.offers[j.UID] = o
+	if c.From != s.deps.Peers.Name() || now.Sub(o.at) < s.cfg.OfferTimeout {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	err := s.deps.Claims.Drop(cctx, j.UID, c.Rev)
+	cancel()
+	if err != nil {
+		s.log.Debug("offer not withdrawn", "job", j.Key(), "to", c.To, "err", err)
+		return
+	}
+	s.stats.offerTimeouts.Add(1)
+	s.log.Info("offer not claimed in time; withdrawn", "job", j.Key(), "to", c.To)
+	// offerEnded records the refusal once the record is seen gone.
+}
+
+// offerEnded is called when a job has no claim record: an offer this
+// shard made has ended without the job being placed there for good (the
+// target refused it, gave it up, died, or the offer was withdrawn), so the
+// target is skipped for this job for a while.
+func (s *Scheduler) offerEnded(uid string) {
+	o, ok := s.ho.offers[uid]
+	if !ok {
+		return
+	}
+	delete(s.ho.offers, uid)
+	r := s.ho.refused[uid]
+	if r == nil {
+		r = map[string]time.Time{}
+		s.ho.refused[uid] = r
+	}
+	r[o.to] = s.cfg.Now()
+	s.log.Debug("hand-off ended", "job uid", uid, "to", o.to, "was claimed", o.claimed)
+}
+
+// offer hands a job that does not fit here to the live shard whose
+// gossiped capacity has room for the gang (the sum of its requests within
+// the shard's free resources, its largest task within the shard's largest
+// free node) and the most free CPU (ties: the smaller name), skipping
+// shards that refused it lately. It reports whether the job is now
+// another shard's to place (an offer was made, or a record already exists).
+func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) bool {
+	if !s.handoffOn() || s.jobBinds(j.UID) > 0 {
+		return false
+	}
+	sum, largest, ok := gangNeeds(gang)
+	if !ok {
+		return false
+	}
+	me := s.deps.Peers.Name()
+	now := s.cfg.Now()
+	var best *shard.Meta
+	members := s.deps.Peers.Members()
+	for i := range members {
+		m := &members[i]
+		if m.ID == me || !capacityFits(m.Capacity, sum, largest) {
+			continue
+		}
+		if at, ok := s.ho.refused[j.UID][m.ID]; ok && now.Sub(at) < s.cfg.RefusedFor {
+			continue
+		}
+		if best == nil || m.Capacity.FreeMilliCPU > best.Capacity.FreeMilliCPU ||
+			(m.Capacity.FreeMilliCPU == best.Capacity.FreeMilliCPU && m.ID < best.ID) {
+			best = m
+		}
+	}
+	if best == nil {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	_, err := s.deps.Claims.Offer(cctx, j.UID, j.Queue, best.ID)
+	cancel()
+	switch {
+	case err == nil:
+		s.stats.offers.Add(1)
+		s.ho.offers[j.UID] = sentOffer{to: best.ID, at: now}
+		s.log.Info("job offered to another shard", "job", j.Key(), "to", best.ID,
+			"gang", len(gang), "gang cpu", sum.MilliCPU, "their free cpu", best.Capacity.FreeMilliCPU)
+		return true
+	case errors.Is(err, shard.ErrNotQueueOwner):
+		return false
+	default:
+		// A record exists, or the outcome is unknown: in both cases the
+		// store now holds the job back from this shard until it knows.
+		s.log.Warn("offer failed", "job", j.Key(), "to", best.ID, "err", err)
+		return true
+	}
+}
+
+// takeOffers answers the offers addressed to this shard: it claims a job
+// whose gang fits on its nodes now, refuses one that does not (the offerer
+// then tries elsewhere), and drops its claims of jobs that are gone. An
+// offer of a job this shard does not know yet (its informers lag) is left
+// to the offerer's timeout.
+func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
+	if !s.handoffOn() {
+		return
+	}
+	me := s.deps.Peers.Name()
+	var mine []shard.Claim
+	for _, c := range s.deps.Claims.List() {
+		if c.To == me && !c.Unknown {
+			mine = append(mine, c)
+		}
+	}
+	if len(mine) == 0 {
+		return
+	}
+	byUID := make(map[string]*api.Job, len(jobs))
+	for _, j := range jobs {
+		byUID[j.UID] = j
+	}
+	nodes := s.snap.Nodes()
+	for _, c := range mine {
+		j := byUID[c.Job]
+		if c.State == shard.Claimed {
+			if j == nil && s.deps.Claims.Holds(c.Job) {
+				s.dropClaim(ctx, c, "job gone")
+			}
+			continue
+		}
+		if j == nil || j.Phase == api.JobCompleted {
+			continue
+		}
+		ready, need, ok := s.readyGang(j)
+		if !ok {
+			continue // not every gang member is visible here yet
+		}
+		fits := false
+		if len(nodes) > 0 && len(ready) > 0 {
+			fits = placement.PlaceGang(s.place, ready, nodes, need, s.rng).OK
+		}
+		if !fits {
+			if s.dropClaim(ctx, c, "does not fit here") {
+				s.stats.refusals.Add(1)
+			}
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		_, err := s.deps.Claims.Claim(cctx, c.Job, c.Rev)
+		cancel()
+		if err != nil {
+			s.log.Debug("claim lost", "job", j.Key(), "err", err)
+			continue
+		}
+		s.stats.claims.Add(1)
+		s.log.Info("claimed a job offered by its queue owner", "job", j.Key(), "from", c.From)
+	}
+}
+
+// readyGang returns a job's pending tasks that may be tried now and how
+// many must fit at once; ok is false while part of the gang is missing.
+func (s *Scheduler) readyGang(j *api.Job) (ready []*api.Task, need int, ok bool) {
+	pending, bound, _ := s.jobTasks(j)
+	now := s.cfg.Now()
+	s.mu.Lock()
+	for _, t := range pending {
+		if _, busy := s.inflight[t.UID]; busy {
+			continue
+		}
+		if until, ok := s.backoff[t.UID]; ok && now.Before(until) {
+			continue
+		}
+		ready = append(ready, t)
+	}
+	s.mu.Unlock()
+	need = max(int(j.MinMember)-bound, 1)
+	return ready, need, need <= len(ready)
+}
+
+// claimStuck is called when a job claimed here does not fit: after
+// ClaimGiveUp without a placement, the claim is dropped so that the queue
+// owner can place it or offer it elsewhere.
+func (s *Scheduler) claimStuck(ctx context.Context, j *api.Job) {
+	now := s.cfg.Now()
+	since, ok := s.ho.stuck[j.UID]
+	if !ok {
+		s.ho.stuck[j.UID] = now
+		return
+	}
+	if now.Sub(since) < s.cfg.ClaimGiveUp {
+		return
+	}
+	c, ok := s.deps.Claims.Lookup(j.UID)
+	if !ok || c.Unknown {
+		return
+	}
+	if s.dropClaim(ctx, c, "does not fit here any more") {
+		s.stats.refusals.Add(1)
+		delete(s.ho.stuck, j.UID)
+	}
+}
+
+// dropClaim deletes a record addressed to this shard if it is unchanged.
+func (s *Scheduler) dropClaim(ctx context.Context, c shard.Claim, why string) bool {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	err := s.deps.Claims.Drop(cctx, c.Job, c.Rev)
+	cancel()
+	if err != nil {
+		s.log.Debug("claim record not dropped", "job uid", c.Job, "why", why, "err", err)
+		return false
+	}
+	s.log.Info("claim record dropped", "job uid", c.Job, "from", c.From, "state", c.State, "why", why)
+	return true
+}
+
+// forgetJob drops the claim record and hand-off state of a job whose
+// reservation this shard released (the job is gone or finished).
+func (s *Scheduler) forgetJob(ctx context.Context, uid string) {
+	delete(s.ho.offers, uid)
+	delete(s.ho.refused, uid)
+	delete(s.ho.stuck, uid)
+	if !s.handoffOn() {
+		return
+	}
+	if _, ok := s.deps.Claims.Lookup(uid); !ok {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	err := s.deps.Claims.Delete(cctx, uid)
+	cancel()
+	if err != nil {
+		s.log.Warn("claim record of a released job not deleted", "job uid", uid, "err", err)
+	}
+}
+
+// pruneHandoff forgets hand-off state of jobs that are gone and refusals
+// older than RefusedFor.
+func (s *Scheduler) pruneHandoff(live map[string]bool) {
+	now := s.cfg.Now()
+	for uid := range s.ho.offers {
+		if !live[uid] {
+			delete(s.ho.offers, uid)
+		}
+	}
+	for uid, r := range s.ho.refused {
+		for to, at := range r {
+			if now.Sub(at) >= s.cfg.RefusedFor {
+				delete(r, to)
+			}
+		}
+		if len(r) == 0 || !live[uid] {
+			delete(s.ho.refused, uid)
+		}
+	}
+	for uid := range s.ho.stuck {
+		if !live[uid] {
+			delete(s.ho.stuck, uid)
+		}
+	}
+}
+
+// placed records that j's gang was placed in role r (a claimed job is no
+// longer stuck) and returns the template of its bind requests: a bind of a
+// claimed job runs under the claim (Claims.Use), a bind of the queue owner
+// under the queue's record (Ownership.Use), so that neither can move on
+// while it is in flight.
+func (s *Scheduler) placed(j *api.Job, r role) bindReq {
+	req := bindReq{job: *j}
+	if r == asClaimer {
+		delete(s.ho.stuck, j.UID)
+		req.claim = j.UID
+	} else {
+		req.queueKey = shard.QueueKey(j.Queue)
+	}
+	return req
+}
+
+// enterBind starts the fencing of one bind beyond its partition (see
+// placed). leave, never nil, ends it and the bind's count in binding,
+// whether or not err is nil.
+func (s *Scheduler) enterBind(r bindReq) (leave func(), err error) {
+	ended := func() {
+		s.mu.Lock()
+		if s.binding[r.job.UID]--; s.binding[r.job.UID] <= 0 {
+			delete(s.binding, r.job.UID)
+		}
+		s.mu.Unlock()
+	}
+	switch {
+	case r.claim != "":
+		if !s.deps.Claims.Use(r.claim) {
+			return ended, fmt.Errorf("job %s is no longer claimed by this shard", r.job.Key())
+		}
+		return func() { s.deps.Claims.Done(r.claim); ended() }, nil
+	case r.queueKey != "":
+		if !s.deps.Ownership.Use(r.queueKey) {
+			return ended, fmt.Errorf("queue %s is no longer held by this shard", r.job.Queue)
+		}
+		return func() { s.deps.Ownership.Done(r.queueKey); ended() }, nil
+	}
+	return ended, nil
+}
+
+// jobBinds is the number of binds of a job queued or in flight.
+func (s *Scheduler) jobBinds(uid string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.binding[uid]
+}
+
+// forgetReleased drops the claim records and hand-off state of the jobs
+// among gone whose reservation was released.
+func (s *Scheduler) forgetReleased(ctx context.Context, gone []string) {
+	for _, uid := range gone {
+		s.mu.Lock()
+		_, still := s.admitted[uid]
+		s.mu.Unlock()
+		if !still {
+			s.forgetJob(ctx, uid)
+		}
+	}
+}
+
+func (c *Config) handoffDefaults() {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.OfferTimeout, 5 * time.Second}, {&c.ClaimGiveUp, 3 * time.Second}, {&c.RefusedFor, 10 * time.Second}, {&c.CapacityInterval, 500 * time.Millisecond}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+}
+
+// gangNeeds returns the sum of the tasks' requests and the largest request
+// per dimension (without the "pods" count); ok is false if the sum
+// overflows (such a gang fits nowhere).
+func gangNeeds(gang []*api.Task) (sum, largest api.Resource, ok bool) {
+	for _, t := range gang {
+		req := t.Request.With(api.Pods, 0)
+		next, err := sum.Add(req)
+		if err != nil {
+			return api.Resource{}, api.Resource{}, false
+		}
+		sum, largest = next, largest.Max(req)
+	}
+	return sum, largest, true
+}
+
+// capacityFits reports whether a gossiped capacity may hold a gang: a
+// necessary condition only (the per-dimension largest free amounts may be
+// on different nodes); the claimer's own placement decides.
+func capacityFits(c shard.Capacity, sum, largest api.Resource) bool {
+	gpu := func(r api.Resource) int64 { return r.Get(gpuResource) }
+	return c.Nodes > 0 &&
+		sum.MilliCPU <= c.FreeMilliCPU && sum.Memory <= c.FreeMemory && gpu(sum) <= c.FreeGPU &&
+		largest.MilliCPU <= c.LargestCPU && largest.Memory <= c.LargestMemory && gpu(largest) <= c.LargestFreeGPU
+}
+
+// gpuResource is the scalar gossiped as GPU capacity.
+const gpuResource = "nvidia.com/gpu"
+
+// capacity summarizes the free resources of the nodes in the snapshot
+// that placement may use (in sync, schedulable).
+func (s *Scheduler) capacity() shard.Capacity {
+	var c shard.Capacity
+	for _, b := range s.snap.Nodes() {
+		if b.OutOfSync || b.Node.Unschedulable {
+			continue
+		}
+		idle := b.Idle()
+		c.Nodes++
+		c.FreeMilliCPU = satAdd(c.FreeMilliCPU, idle.MilliCPU)
+		c.FreeMemory = satAdd(c.FreeMemory, idle.Memory)
+		c.FreeGPU = satAdd(c.FreeGPU, idle.Get(gpuResource))
+		c.LargestCPU = max(c.LargestCPU, idle.MilliCPU)
+		c.LargestMemory = max(c.LargestMemory, idle.Memory)
+		c.LargestFreeGPU = max(c.LargestFreeGPU, idle.Get(gpuResource))
+	}
+	return c
+}
+
+// satAdd adds two non-negative amounts, saturating at the int64 maximum.
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// publishCapacity gossips this shard's capacity at most every
+// CapacityInterval, and only when it changed noticeably (a node more or
+// less, any GPU, or more than 1/64 of a CPU or memory figure) or, if it
+// changed at all, every 10 intervals.
+func (s *Scheduler) publishCapacity() {
+	if s.deps.Peers == nil {
+		return
+	}
+	now := s.cfg.Now()
+	if !s.ho.capAt.IsZero() && now.Sub(s.ho.capAt) < s.cfg.CapacityInterval {
+		return
+	}
+	c := s.capacity()
+	old := s.ho.lastCap
+	if c == old && !s.ho.capAt.IsZero() {
+		return
+	}
+	if !s.ho.capAt.IsZero() && !noticeable(old, c) && now.Sub(s.ho.capAt) < 10*s.cfg.CapacityInterval {
+		return
+	}
+	s.ho.capAt, s.ho.lastCap = now, c
+	s.deps.Peers.SetCapacity(c)
+}
+
+func noticeable(a, b shard.Capacity) bool {
+	near := func(x, y int64) bool {
+		d := x - y
+		if d < 0 {
+			d = -d
+		}
+		return d <= max(x, y)/64
+	}
+	return a.Nodes != b.Nodes || a.FreeGPU != b.FreeGPU || a.LargestFreeGPU != b.LargestFreeGPU ||
+		!near(a.FreeMilliCPU, b.FreeMilliCPU) || !near(a.FreeMemory, b.FreeMemory) ||
+		!near(a.LargestCPU, b.LargestCPU) || !near(a.LargestMemory, b.LargestMemory)
+}

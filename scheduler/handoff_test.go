@@ -1,0 +1,486 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/cache"
+	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/shard"
+)
+
+// The tests drive Cycle by hand against a real cache and fakes of the
+// ports; the claim store fake keeps the records in memory with the same
+// preconditions as shard.Claims (its etcd side is tested in package shard).
+
+const gi = int64(1) << 30
+
+type fakeOwnership struct {
+	mu      sync.Mutex
+	notHeld map[string]bool
+	uses    map[string]int
+}
+
+func (f *fakeOwnership) Holds(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.notHeld[key]
+}
+
+func (f *fakeOwnership) Use(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.notHeld[key] {
+		return false
+	}
+	f.uses[key]++
+	return true
+}
+
+func (f *fakeOwnership) Done(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.uses[key]--
+}
+
+type fakeQuota struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *fakeQuota) record(op, uid string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, op+" "+uid)
+}
+
+func (f *fakeQuota) Reserve(_ context.Context, job coordinator.JobRef, _ string, _ api.Resource) (coordinator.Result, error) {
+	f.record("reserve", job.UID)
+	return coordinator.Result{}, nil
+}
+
+func (f *fakeQuota) Confirm(_ context.Context, uid string) (coordinator.Result, error) {
+	f.record("confirm", uid)
+	return coordinator.Result{}, nil
+}
+
+func (f *fakeQuota) Release(_ context.Context, uid string) (coordinator.Result, error) {
+	f.record("release", uid)
+	return coordinator.Result{}, nil
+}
+
+func (f *fakeQuota) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// fakeBinder records binds and, for a claimed job, whether the bind ran
+// under a use of the claim.
+type fakeBinder struct {
+	mu       sync.Mutex
+	claims   *fakeClaims
+	binds    map[string]string // task UID → node
+	unfenced int               // binds of a claimed job outside Claims.Use
+}
+
+func (f *fakeBinder) Bind(_ context.Context, t *api.Task, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.claims != nil && f.claims.claimedJob(t) && f.claims.uses(t) == 0 {
+		f.unfenced++
+	}
+	f.binds[t.UID] = node
+	return nil
+}
+
+func (f *fakeBinder) Binds() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range f.binds {
+		out[k] = v
+	}
+	return out
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Scheduled(*api.Task, string)        {}
+func (nopRecorder) FailedScheduling(*api.Task, string) {}
+func (nopRecorder) Unschedulable(*api.Job, string)     {}
+
+type nopStatus struct{}
+
+func (nopStatus) SetQueue(string, api.QueueStatus)                  {}
+func (nopStatus) SetPodGroup(string, string, string, api.JobStatus) {}
+func (nopStatus) ForgetPodGroup(string) <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+type fakePeers struct {
+	mu        sync.Mutex
+	name      string
+	members   []shard.Meta
+	published []shard.Capacity
+}
+
+func (f *fakePeers) Name() string { return f.name }
+func (f *fakePeers) Members() []shard.Meta {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]shard.Meta(nil), f.members...)
+}
+func (f *fakePeers) SetCapacity(c shard.Capacity) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.published = append(f.published, c)
+}
+
+// fakeClaims is an in-memory claim store for shard me.
+type fakeClaims struct {
+	mu      sync.Mutex
+	me      string
+	rev     int64
+	recs    map[string]shard.Claim
+	inUse   map[string]int
+	jobOf   map[string]string // task UID → job UID, to tell claimed binds
+	offered []string          // "uid→to" of every offer made
+}
+
+func newFakeClaims(me string) *fakeClaims {
+	return &fakeClaims{me: me, recs: map[string]shard.Claim{}, inUse: map[string]int{}, jobOf: map[string]string{}}
+}
+
+func (f *fakeClaims) put(c shard.Claim) shard.Claim {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev++
+	c.Rev = f.rev
+	f.recs[c.Job] = c
+	return c
+}
+
+func (f *fakeClaims) remove(uid string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.recs, uid)
+}
+
+func (f *fakeClaims) get(uid string) (shard.Claim, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.recs[uid]
+	return c, ok
+}
+
+func (f *fakeClaims) claimedJob(t *api.Task) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.recs[f.jobOf[t.UID]]
+	return ok && c.State == shard.Claimed && c.To == f.me
+}
+
+func (f *fakeClaims) uses(t *api.Task) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inUse[f.jobOf[t.UID]]
+}
+
+func (f *fakeClaims) Lookup(uid string) (shard.Claim, bool) { return f.get(uid) }
+func (f *fakeClaims) List() []shard.Claim {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []shard.Claim
+	for _, c := range f.recs {
+		out = append(out, c)
+	}
+	return out
+}
+func (f *fakeClaims) OwnerMayPlace(uid, _ string) bool { _, ok := f.get(uid); return !ok }
+func (f *fakeClaims) Holds(uid string) bool {
+	c, ok := f.get(uid)
+	return ok && c.State == shard.Claimed && c.To == f.me
+}
+func (f *fakeClaims) Use(uid string) bool {
+	if !f.Holds(uid) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inUse[uid]++
+	return true
+}
+func (f *fakeClaims) Done(uid string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inUse[uid]--
+}
+func (f *fakeClaims) Offer(_ context.Context, uid, queue, to string) (shard.Claim, error) {
+	if _, ok := f.get(uid); ok {
+		return shard.Claim{}, shard.ErrClaimExists
+	}
+	f.mu.Lock()
+	f.offered = append(f.offered, uid+"→"+to)
+	f.mu.Unlock()
+	return f.put(shard.Claim{Job: uid, Queue: queue, From: f.me, To: to, State: shard.Offered}), nil
+}
+func (f *fakeClaims) Claim(_ context.Context, uid string, rev int64) (shard.Claim, error) {
+	c, ok := f.get(uid)
+	if !ok || c.Rev != rev {
+		return shard.Claim{}, shard.ErrClaimChanged
+	}
+	if c.State != shard.Offered || c.To != f.me {
+		return shard.Claim{}, shard.ErrNotAddressed
+	}
+	c.State = shard.Claimed
+	return f.put(c), nil
+}
+func (f *fakeClaims) Drop(_ context.Context, uid string, rev int64) error {
+	c, ok := f.get(uid)
+	if !ok || c.Rev != rev {
+		return shard.ErrClaimChanged
+	}
+	f.remove(uid)
+	return nil
+}
+func (f *fakeClaims) Delete(_ context.Context, uid string) error { f.remove(uid); return nil }
+func (f *fakeClaims) Offered() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.offered...)
+}
+
+// rig is one shard's scheduler over a real cache and the fakes.
+type rig struct {
+	s      *Scheduler
+	c      *cache.Cache
+	own    *fakeOwnership
+	quota  *fakeQuota
+	binder *fakeBinder
+	peers  *fakePeers
+	claims *fakeClaims
+	now    time.Time
+	mu     sync.Mutex // guards now
+}
+
+func newRig(t *testing.T, name string, notHeld ...string) *rig {
+	t.Helper()
+	r := &rig{c: cache.New(cache.Options{}), own: &fakeOwnership{notHeld: map[string]bool{}, uses: map[string]int{}},
+		quota: &fakeQuota{}, peers: &fakePeers{name: name}, claims: newFakeClaims(name), now: time.Unix(1_000_000, 0)}
+	for _, k := range notHeld {
+		r.own.notHeld[k] = true
+	}
+	r.binder = &fakeBinder{claims: r.claims, binds: map[string]string{}}
+	cfg := DefaultConfig()
+	cfg.Seed = 1
+	cfg.Now = r.clock
+	s, err := New(cfg, Deps{Cache: r.c, Ownership: r.own, Quota: r.quota, Binder: r.binder, Recorder: nopRecorder{},
+		Status: nopStatus{}, Peers: r.peers, Claims: r.claims})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s = s
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := s.StartBinders(ctx)
+	t.Cleanup(func() {
+		cancel()
+		wait()
+	})
+	return r
+}
+
+func (r *rig) clock() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.now
+}
+
+func (r *rig) advance(d time.Duration) {
+	r.mu.Lock()
+	r.now = r.now.Add(d)
+	r.mu.Unlock()
+}
+
+func (r *rig) node(name string, cpu int64) {
+	r.c.AddOrUpdateNode(api.Node{Name: name, UID: name, Allocatable: api.NewResource(cpu*1000, 64*gi, map[string]int64{api.Pods: 110})})
+}
+
+// gang adds a job of n tasks of cpu cores each (minMember n) in queue q.
+func (r *rig) gang(uid string, n int, cpu int64) {
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: int32(n), Phase: api.JobPending})
+	for i := 0; i < n; i++ {
+		t := api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", uid, i), UID: fmt.Sprintf("%s-%d", uid, i), Job: uid,
+			Request: api.NewResource(cpu*1000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano"}
+		r.claims.mu.Lock()
+		r.claims.jobOf[t.UID] = uid
+		r.claims.mu.Unlock()
+		r.c.AddOrUpdateTask(t)
+	}
+}
+
+// cycles runs n cycles, a cycle interval apart on the scheduler's clock,
+// and waits for the binds they queued.
+func (r *rig) cycles(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		r.s.Cycle(context.Background())
+		deadline := time.Now().Add(5 * time.Second)
+		for r.s.BindsInFlight() > 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("binds still in flight after 5s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		r.advance(100 * time.Millisecond)
+	}
+}
+
+func capacity(freeCPU, largestCPU int64) shard.Capacity {
+	return shard.Capacity{FreeMilliCPU: freeCPU * 1000, LargestCPU: largestCPU * 1000, FreeMemory: 1 << 40, LargestMemory: 1 << 40, Nodes: 4}
+}
+
+// The queue owner never places a job while a claim record exists, even
+// with room on its own nodes, and places it once the record is gone.
+func TestOwnerDoesNotPlaceClaimedJob(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("n1", 32)
+	r.gang("job", 3, 2)
+	for _, state := range []shard.ClaimState{shard.Offered, shard.Claimed} {
+		r.claims.put(shard.Claim{Job: "job", Queue: "q", From: "shard-o", To: "shard-t", State: state})
+		r.cycles(t, 5)
+		if b := r.binder.Binds(); len(b) != 0 {
+			t.Fatalf("record %s to shard-t: the owner bound %v", state, b)
+		}
+	}
+	r.claims.remove("job")
+	r.cycles(t, 3)
+	if b := r.binder.Binds(); len(b) != 3 {
+		t.Fatalf("record gone: the owner bound %d of 3 tasks (%v)", len(b), b)
+	}
+	if r.binder.unfenced != 0 {
+		t.Fatalf("%d binds of a claimed job outside its claim", r.binder.unfenced)
+	}
+}
+
+// A gang that does not fit on the owner's nodes is offered to the live
+// shard with room and the most free CPU; a shard whose largest node is too
+// small for one task is skipped, and so is one that refused the job lately.
+// The owner binds nothing meanwhile.
+func TestOfferGoesToShardWithRoom(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("small", 2)
+	r.peers.members = []shard.Meta{
+		{ID: "shard-b", Capacity: capacity(16, 8)},
+		{ID: "shard-c", Capacity: capacity(32, 8)},
+		{ID: "shard-d", Capacity: capacity(100, 2)}, // no node holds a 3-CPU task
+		{ID: "shard-e", Capacity: capacity(8, 8)},   // 9 CPU do not fit in 8
+		{ID: "shard-o", Capacity: capacity(1000, 1000)},
+	}
+	r.gang("job", 3, 3)
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 1 || got[0] != "job→shard-c" {
+		t.Fatalf("offers %v, want one to shard-c", got)
+	}
+	// shard-c refuses (deletes the offer): the next offer goes to shard-b.
+	r.claims.remove("job")
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 2 || got[1] != "job→shard-b" {
+		t.Fatalf("offers %v, want the second to shard-b", got)
+	}
+	// shard-b does not claim it: the owner withdraws it after OfferTimeout
+	// and, with both refusals fresh, has nobody left to offer it to.
+	r.advance(r.s.cfg.OfferTimeout)
+	r.cycles(t, 3)
+	if _, ok := r.claims.get("job"); ok {
+		t.Fatal("an offer nobody claimed is still there after the timeout")
+	}
+	if got := r.claims.Offered(); len(got) != 2 {
+		t.Fatalf("offers %v, want no third while shard-b and shard-c refused lately", got)
+	}
+	if st := r.s.Stats(); st.Offers != 2 || st.OfferTimeouts != 1 {
+		t.Fatalf("stats %+v, want 2 offers and 1 timeout", st)
+	}
+	// Refusals expire.
+	r.advance(r.s.cfg.RefusedFor)
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 3 || got[2] != "job→shard-c" {
+		t.Fatalf("offers %v, want a third to shard-c once its refusal expired", got)
+	}
+	if b := r.binder.Binds(); len(b) != 0 {
+		t.Fatalf("the owner bound %v onto a node with no room", b)
+	}
+}
+
+// The shard offered a job claims it when the gang fits on its nodes and
+// binds it there, under the claim, without touching the reservation (the
+// owner's); an offer that does not fit is refused (the record deleted).
+func TestClaimerPlacesOfferedJob(t *testing.T) {
+	r := newRig(t, "shard-t", shard.QueueKey("q")) // not the queue's owner
+	r.node("big-1", 8)
+	r.node("big-2", 8)
+	r.gang("fits", 3, 3)
+	r.gang("too-big", 2, 9)
+	r.claims.put(shard.Claim{Job: "fits", Queue: "q", From: "shard-o", To: "shard-t", State: shard.Offered})
+	r.claims.put(shard.Claim{Job: "too-big", Queue: "q", From: "shard-o", To: "shard-t", State: shard.Offered})
+	r.cycles(t, 2)
+	c, ok := r.claims.get("fits")
+	if !ok || c.State != shard.Claimed || c.To != "shard-t" {
+		t.Fatalf("record of the job that fits: %+v (present %v), want claimed by shard-t", c, ok)
+	}
+	b := r.binder.Binds()
+	for i := 0; i < 3; i++ {
+		if n := b[fmt.Sprintf("fits-%d", i)]; n != "big-1" && n != "big-2" {
+			t.Fatalf("task fits-%d bound to %q", i, n)
+		}
+	}
+	if len(b) != 3 || r.binder.unfenced != 0 {
+		t.Fatalf("binds %v (%d outside the claim), want the 3 tasks of the claimed job under its claim", b, r.binder.unfenced)
+	}
+	if _, ok := r.claims.get("too-big"); ok {
+		t.Fatal("an offer that does not fit was not refused")
+	}
+	if calls := r.quota.Calls(); len(calls) != 0 {
+		t.Fatalf("the claimer called the coordinator: %v", calls)
+	}
+	if st := r.s.Stats(); st.Claims != 1 || st.Refusals != 1 {
+		t.Fatalf("stats %+v, want 1 claim and 1 refusal", st)
+	}
+	// The job goes: the claimer deletes its record.
+	r.c.DeleteJob("fits")
+	r.cycles(t, 1)
+	if _, ok := r.claims.get("fits"); ok {
+		t.Fatal("the claim of a job that is gone was kept")
+	}
+}
+
+// The capacity gossiped is the free CPU of the schedulable nodes and the
+// largest free node, republished when it changes noticeably.
+func TestCapacityPublished(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("a", 8)
+	r.node("b", 4)
+	r.c.AddOrUpdateNode(api.Node{Name: "cordoned", UID: "cordoned", Unschedulable: true,
+		Allocatable: api.NewResource(64000, 64*gi, map[string]int64{api.Pods: 110})})
+	r.cycles(t, 1)
+	pub := r.peers.published
+	if len(pub) != 1 || pub[0].FreeMilliCPU != 12000 || pub[0].LargestCPU != 8000 || pub[0].Nodes != 2 || pub[0].FreeMemory != 128*gi {
+		t.Fatalf("published %+v, want 12 CPU free on 2 nodes, largest 8", pub)
+	}
+	r.cycles(t, 10) // nothing changed: nothing new
+	if len(r.peers.published) != 1 {
+		t.Fatalf("published %d times with nothing changed", len(r.peers.published))
+	}
+	r.node("c", 16)
+	r.cycles(t, 6)
+	pub = r.peers.published
+	if len(pub) != 2 || pub[1].FreeMilliCPU != 28000 || pub[1].LargestCPU != 16000 {
+		t.Fatalf("published %+v, want a second summary with 28 CPU free, largest 16", pub)
+	}
+}
