@@ -383,4 +383,22 @@ func TestJobSummaryCountsEveryJob(t *testing.T) {
 	if s := c.JobSummary("ns", "nope"); s.Pending+s.Bound+s.Done != 0 {
 		t.Fatalf("unknown job: %+v", s)
 	}
+	// The summary is memoized per generation of the job's tasks: every
+	// change shows at once.
+	c.Forget("c")
+	if s := c.JobSummary("ns", "j"); s.Pending != 1 || s.Bound != 2 {
+		t.Fatalf("after forget: %+v", s)
+	}
+	c.AddOrUpdateTask(mk("a", "n1", api.TaskSucceeded))
+	if s := c.JobSummary("ns", "j"); s.Bound != 1 || s.Done != 2 || s.Allocated.MilliCPU != 1000 {
+		t.Fatalf("after a task succeeded: %+v", s)
+	}
+	gpu := mk("g", "n1", api.TaskRunning)
+	gpu.Request = api.NewResource(1000, 1<<30, map[string]int64{api.Pods: 1, "nvidia.com/gpu": 1})
+	c.AddOrUpdateTask(gpu)
+	s1 := c.JobSummary("ns", "j")
+	s1.Allocated.Scalars["nvidia.com/gpu"] = 99 // a caller scribbling on its copy
+	if s2 := c.JobSummary("ns", "j"); s2.Allocated.Get("nvidia.com/gpu") != 1 {
+		t.Fatalf("a caller's copy changed the memo: %+v", s2)
+	}
 }

@@ -3,6 +3,7 @@ package cache
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -112,6 +113,14 @@ type taskGroup struct {
 	tasks   map[string]*taskEntry
 	pending int
 	gen     int64
+	// summary memoizes JobSummary for generation gen; readers holding the
+	// read lock may fill it concurrently (each stores an equal value).
+	summary atomic.Pointer[groupSummary]
+}
+
+type groupSummary struct {
+	gen int64
+	sum JobSummary
 }
 
 // New returns an empty Cache.

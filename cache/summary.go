@@ -21,6 +21,9 @@ func (c *Cache) JobSummary(namespace, job string) JobSummary {
 	if g == nil {
 		return s
 	}
+	if m := g.summary.Load(); m != nil && m.gen == g.gen {
+		return m.sum.clone()
+	}
 	for _, e := range g.tasks {
 		t := e.view
 		switch {
@@ -32,6 +35,15 @@ func (c *Cache) JobSummary(namespace, job string) JobSummary {
 		default:
 			s.Pending++
 		}
+	}
+	g.summary.Store(&groupSummary{gen: g.gen, sum: s.clone()})
+	return s
+}
+
+// clone copies s so callers never share the memo's scalar map.
+func (s JobSummary) clone() JobSummary {
+	if s.Allocated.Scalars != nil {
+		s.Allocated = s.Allocated.Clone()
 	}
 	return s
 }
