@@ -665,6 +665,11 @@ func machinePropertyRun(seed uint64, steps int, lostWhileReleasing bool) (stats 
 			acts = m.Done(k)
 		}
 		log = append(log, fmt.Sprintf("%s => %v", ev, acts))
+		// Per-key events settle only their key (stepKey): a full step
+		// right after must find nothing left to do.
+		if extra := m.step(); len(extra) > 0 {
+			return stats, fail("a full step after %q still acts: %v", ev, extra)
+		}
 
 		if err := machineInvariants(m, acts); err != nil {
 			return stats, fail("%v", err)
