@@ -42,8 +42,7 @@ type Cluster struct {
 	queueWriters map[string]map[string]bool
 
 	stats Stats
-	lat   []float64 // submit→bind, virtual seconds
-	bound []float64 // virtual time of each bind, seconds
+	lat   latencyHist // submit→bind, virtual
 }
 
 // Stats are the cluster's counters.
@@ -258,8 +257,7 @@ func (c *Cluster) Bind(t *api.Task, node, shard string, holds bool) error {
 		}
 	}
 	c.stats.Binds++
-	c.lat = append(c.lat, now.Sub(p.t.Created).Seconds())
-	c.bound = append(c.bound, now.Sub(c.start).Seconds())
+	c.lat.add(now.Sub(p.t.Created))
 	for _, ca := range c.caches {
 		ca.AddOrUpdateTask(p.t)
 	}
@@ -449,11 +447,66 @@ func (c *Cluster) Stats() Stats {
 	return c.stats
 }
 
-// latencies returns the submit→bind latencies and bind times so far.
-func (c *Cluster) latencies() (lat, at []float64) {
+// latencies returns the submit→bind latency percentiles (seconds) and a
+// CDF sample.
+func (c *Cluster) latencies() (p50, p99, maxLat float64, cdf []float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]float64(nil), c.lat...), append([]float64(nil), c.bound...)
+	return c.lat.quantile(0.50), c.lat.quantile(0.99), c.lat.max.Seconds(), c.lat.sample(1000)
+}
+
+// latencyHist counts latencies in 1 ms buckets up to a minute (one more
+// for everything above), so a run of any length keeps constant memory.
+type latencyHist struct {
+	counts []int64
+	n      int64
+	max    time.Duration
+}
+
+const histBuckets = 60000 // 1 ms each
+
+func (h *latencyHist) add(d time.Duration) {
+	if h.counts == nil {
+		h.counts = make([]int64, histBuckets+1)
+	}
+	i := int(max(d, 0) / time.Millisecond)
+	h.counts[min(i, histBuckets)]++
+	h.n++
+	h.max = max(h.max, d)
+}
+
+// quantile is the upper edge of the bucket holding the q-th latency
+// (nearest rank), in seconds; the overflow bucket reports the maximum.
+func (h *latencyHist) quantile(q float64) float64 {
+	if h.n == 0 {
+		return 0
+	}
+	rank := int64(q*float64(h.n) + 0.5)
+	rank = min(max(rank, 1), h.n)
+	var seen int64
+	for i, c := range h.counts {
+		seen += c
+		if seen >= rank {
+			if i == histBuckets {
+				return h.max.Seconds()
+			}
+			return min(float64(i+1)/1000, h.max.Seconds())
+		}
+	}
+	return h.max.Seconds()
+}
+
+// sample returns up to n latencies evenly spaced over the sorted set.
+func (h *latencyHist) sample(n int) []float64 {
+	if h.n == 0 || n <= 0 {
+		return nil
+	}
+	out := make([]float64, 0, n)
+	for k := 0; k < n; k++ {
+		q := float64(k) / float64(max(n-1, 1))
+		out = append(out, h.quantile(q))
+	}
+	return out
 }
 
 // Binder is one shard's view of the binding API.

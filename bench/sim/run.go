@@ -635,8 +635,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 	runtime.GC()
 	rssEnd := rssMiB()
 	st := s.cl.Stats()
-	lat, _ := s.cl.latencies()
-	sort.Float64s(lat)
+	p50, p99, maxLat, cdf := s.cl.latencies()
 	sm := s.cl.sample(s.leaves, true)
 
 	run.Pods = int(st.Binds)
@@ -644,11 +643,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 	run.WallSeconds = wall.Seconds()
 	run.VirtualSeconds = vt.Seconds()
 	run.PodsPerSec = float64(st.Binds) / wall.Seconds()
-	run.LatencyP50, run.LatencyP99 = report.Percentile(lat, 50), report.Percentile(lat, 99)
-	if len(lat) > 0 {
-		run.LatencyMax = lat[len(lat)-1]
-	}
-	run.LatencyCDF = report.CDFSample(lat, report.CDFPoints)
+	run.LatencyP50, run.LatencyP99, run.LatencyMax, run.LatencyCDF = p50, p99, maxLat, cdf
 	run.CPUSeconds = cpu
 	if st.Binds > 0 {
 		run.CPUSecondsPer1000 = cpu / float64(st.Binds) * 1000

@@ -245,3 +245,29 @@ func TestRunSmall(t *testing.T) {
 	}
 	t.Logf("%s: %d pods, p99 %.3f s virtual, %.0f pods/s wall, util %.2f", r.Name, r.Pods, r.LatencyP99, r.PodsPerSec, r.Utilization)
 }
+
+// The latency histogram answers percentiles to the millisecond in constant
+// memory, and reports the maximum for what overflows it.
+func TestLatencyHist(t *testing.T) {
+	var h latencyHist
+	if h.quantile(0.99) != 0 || h.sample(10) != nil {
+		t.Fatal("empty histogram must answer 0 and no sample")
+	}
+	for i := 1; i <= 1000; i++ {
+		h.add(time.Duration(i) * time.Millisecond)
+	}
+	h.add(5 * time.Minute) // beyond the last bucket
+	if got := h.quantile(0.5); math.Abs(got-0.501) > 0.0015 {
+		t.Errorf("p50 %v, want ≈ 0.501 s", got)
+	}
+	if got := h.quantile(0.99); math.Abs(got-0.991) > 0.0015 {
+		t.Errorf("p99 %v, want ≈ 0.991 s", got)
+	}
+	if got := h.quantile(1); got != 300 {
+		t.Errorf("max %v, want 300 s (the overflowing latency)", got)
+	}
+	s := h.sample(5)
+	if len(s) != 5 || s[0] > s[4] || s[4] != 300 {
+		t.Errorf("sample %v: want 5 sorted values ending at the maximum", s)
+	}
+}
