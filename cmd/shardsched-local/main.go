@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -37,6 +38,8 @@ type options struct {
 	nodeMemory    string
 	stateDir      string
 	keepState     bool
+	spans         bool
+	spansFile     string
 }
 
 func (o *options) validate() error {
@@ -72,7 +75,12 @@ func main() {
 	flag.StringVar(&o.nodeMemory, "node-memory", "256Gi", "allocatable memory of each fake node")
 	flag.StringVar(&o.stateDir, "state-dir", "", "state directory (default: a new temporary directory)")
 	flag.BoolVar(&o.keepState, "keep-state", false, "keep the state directory on exit")
+	flag.BoolVar(&o.spans, "spans", false, "receive the shards' OpenTelemetry spans (OTLP/gRPC on a loopback port) and show them in the summary")
+	flag.StringVar(&o.spansFile, "spans-file", "", "append every received span to this file as one JSON line (implies -spans)")
 	flag.Parse()
+	if o.spansFile != "" {
+		o.spans = true
+	}
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "shardsched-local: %v\n", err)
 		os.Exit(2)
@@ -139,6 +147,28 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	var spans *spanReceiver
+	var shardEnv []string
+	if o.spans {
+		var file io.Writer
+		if o.spansFile != "" {
+			f, err := os.OpenFile(o.spansFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			if err != nil {
+				return fmt.Errorf("-spans-file=%s: %w", o.spansFile, err)
+			}
+			defer f.Close()
+			file = f
+		}
+		spans, err = startSpanReceiver(8, file)
+		if err != nil {
+			return err
+		}
+		// Deferred before the shards' stop, so it runs after it: a
+		// stopping shard flushes its last spans here.
+		defer spans.Stop(5 * time.Second)
+		shardEnv = spans.ShardEnv(os.Environ())
+		fmt.Printf("OTLP span receiver (gRPC): %s\n", spans.Addr())
+	}
 	var shards []*shardProc
 	if o.shards > 0 {
 		self, err := os.Executable()
@@ -149,7 +179,7 @@ func run(o options) error {
 		if _, err := os.Stat(bin); err != nil {
 			return fmt.Errorf("shard binary %s not found (make run builds it): %w", bin, err)
 		}
-		shards, err = startShards(filepath.Join(dir, "controlplane"), bin, cp.Kubeconfig, coord.Endpoints[0], o.shards, o.partitions, o.schedulerName)
+		shards, err = startShards(filepath.Join(dir, "controlplane"), bin, cp.Kubeconfig, coord.Endpoints[0], o.shards, o.partitions, o.schedulerName, shardEnv)
 		defer func() {
 			for _, p := range shards {
 				p.stop(10 * time.Second)
@@ -176,7 +206,7 @@ func run(o options) error {
 
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
-	sum := &summary{cs: cs, vc: vc, shards: shards, tty: isTTY()}
+	sum := &summary{cs: cs, vc: vc, shards: shards, spans: spans, tty: isTTY()}
 	for {
 		select {
 		case <-ctx.Done():

@@ -32,8 +32,9 @@ type shardProc struct {
 	done     chan struct{}
 }
 
-// startShards runs n shard processes gossiping on loopback.
-func startShards(dir, bin, kubeconfig, etcd string, n, partitions int, schedulerName string) ([]*shardProc, error) {
+// startShards runs n shard processes gossiping on loopback, with
+// environment env (nil: this process's).
+func startShards(dir, bin, kubeconfig, etcd string, n, partitions int, schedulerName string, env []string) ([]*shardProc, error) {
 	var out []*shardProc
 	var seed string
 	for i := 0; i < n; i++ {
@@ -69,6 +70,7 @@ func startShards(dir, bin, kubeconfig, etcd string, n, partitions int, scheduler
 		}
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = f, f
+		cmd.Env = env
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			f.Close()

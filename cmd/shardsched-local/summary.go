@@ -14,11 +14,13 @@ import (
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 )
 
-// summary prints the live view: queues, shards, pods/s.
+// summary prints the live view: queues, shards, pods/s, and the spans
+// with -spans.
 type summary struct {
 	cs        kubernetes.Interface
 	vc        volcano.Interface
 	shards    []*shardProc
+	spans     *spanReceiver // nil without -spans
 	tty       bool
 	lastBound int
 	lastAt    time.Time
@@ -81,6 +83,9 @@ func (s *summary) print(ctx context.Context) {
 		}
 		s.lastBound, s.lastAt = bound, time.Now()
 		fmt.Fprintf(&b, "\npods: %d bound, %d pending, %.0f binds/s\n", bound, pending, rate)
+	}
+	if s.spans != nil {
+		s.spans.view().render(&b)
 	}
 	fmt.Print(b.String())
 }
