@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -52,9 +53,16 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	}
 	s := &Source{
 		log: log, sink: sink, onQueues: onQueues,
-		core: informers.NewSharedInformerFactory(cs, 0),
-		vol:  vinformers.NewSharedInformerFactory(vc, 0),
+		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(stripManagedFields)),
+		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
+	// Pods by node, so rebuilding an out-of-sync node reads its pods only.
+	_ = s.core.Core().V1().Pods().Informer().AddIndexers(cache.Indexers{podNodeIndex: func(o any) ([]string, error) {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}})
 	s.core.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.node(o) },
 		UpdateFunc: func(_, o any) { s.node(o) },
@@ -129,13 +137,14 @@ func (s *Source) NodeState(name string) (api.Node, []api.Task, error) {
 	if err != nil {
 		return api.Node{}, nil, err
 	}
-	pods, err := s.core.Core().V1().Pods().Lister().List(labels.Everything())
+	objs, err := s.core.Core().V1().Pods().Informer().GetIndexer().ByIndex(podNodeIndex, name)
 	if err != nil {
 		return api.Node{}, nil, err
 	}
 	var tasks []api.Task
-	for _, p := range pods {
-		if p.Spec.NodeName != name {
+	for _, o := range objs {
+		p, ok := o.(*corev1.Pod)
+		if !ok || p.Spec.NodeName != name {
 			continue
 		}
 		if t, err := TaskFromPod(p); err == nil {
@@ -143,6 +152,21 @@ func (s *Source) NodeState(name string) (api.Node, []api.Task, error) {
 		}
 	}
 	return node, tasks, nil
+}
+
+// podNodeIndex indexes pods by spec.nodeName.
+const podNodeIndex = "nodeName"
+
+// stripManagedFields drops what the scheduler never reads before an object
+// is stored: managed fields are often the largest part of an object, and
+// every event of every pod is decoded and kept.
+func stripManagedFields(o any) (any, error) {
+	if m, ok := o.(interface {
+		SetManagedFields([]metav1.ManagedFieldsEntry)
+	}); ok {
+		m.SetManagedFields(nil)
+	}
+	return o, nil
 }
 
 // BadObjects lists objects that could not be converted, with the reason.
