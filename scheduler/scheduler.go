@@ -182,7 +182,13 @@ type Scheduler struct {
 	confirmed map[string]bool            // job UID → reservation confirmed
 	lastEvent map[string]time.Time       // task or job UID → last FailedScheduling/Unschedulable
 	statusOf  map[string]bool            // job UIDs whose PodGroup status was handed to Status
+	quotaWait map[string]quotaBackoff    // job UID → when to ask the coordinator again after a refusal
 	binding   map[string]int             // job UID → binds queued or in flight
+}
+
+type quotaBackoff struct {
+	until time.Time
+	delay time.Duration
 }
 
 type admission struct {
@@ -230,7 +236,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		binds:    make(chan bindReq, 4096),
 		groupOps: map[string]time.Time{}, summaries: map[string]cache.JobSummary{},
 		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
-		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{}, statusOf: map[string]bool{}, queueStat: map[string]api.QueueStatus{},
+		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{}, statusOf: map[string]bool{}, quotaWait: map[string]quotaBackoff{}, queueStat: map[string]api.QueueStatus{},
 		binding: map[string]int{}, ho: newHandoff(),
 	}, nil
 }
@@ -422,10 +428,15 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			return js[a].Created.Before(js[b].Created)
 		})
 		var reqs []admitReq
+		now := s.cfg.Now()
 		for _, j := range js {
 			s.mu.Lock()
 			_, done := s.admitted[j.UID]
+			wait, waiting := s.quotaWait[j.UID]
 			s.mu.Unlock()
+			if waiting && now.Before(wait.until) {
+				continue // refused for quota a moment ago
+			}
 			if done || j.Phase == api.JobCompleted {
 				continue
 			}
@@ -476,12 +487,21 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) {
 		s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", r.amount.String())
 		s.mu.Lock()
 		s.admitted[j.UID] = admission{job: *j, queue: j.Queue}
+		delete(s.quotaWait, j.UID)
 		s.mu.Unlock()
 		if j.Phase == api.JobPending || j.Phase == "" {
 			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
 		}
 	case errors.As(err, &qe):
 		s.stats.quotaWaits.Add(1)
+		// Ask again after a backoff that doubles from 50 ms to 2 s: a
+		// refused job is not retried every cycle (50 times a second).
+		s.mu.Lock()
+		w := s.quotaWait[j.UID]
+		w.delay = min(max(2*w.delay, 50*time.Millisecond), 2*time.Second)
+		w.until = s.cfg.Now().Add(w.delay)
+		s.quotaWait[j.UID] = w
+		s.mu.Unlock()
 		msg := fmt.Sprintf("waiting for quota: %v", qe)
 		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
 			Type: "Unschedulable", Status: "True", Reason: "QueueQuotaExceeded", Message: msg}}})
@@ -815,6 +835,11 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 	}
 	// The batcher remembers the last status written per PodGroup; a gone
 	// PodGroup's entry would stay forever.
+	for uid := range s.quotaWait {
+		if !liveJobs[uid] {
+			delete(s.quotaWait, uid)
+		}
+	}
 	for uid := range s.statusOf {
 		if !liveJobs[uid] {
 			delete(s.statusOf, uid)

@@ -1,0 +1,66 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/coordinator"
+)
+
+// fullQuota refuses every reservation for lack of quota while full is set.
+type fullQuota struct {
+	fakeQuota
+	mu       sync.Mutex
+	full     bool
+	reserves int
+}
+
+func (f *fullQuota) Reserve(ctx context.Context, job coordinator.JobRef, q string, a api.Resource) (coordinator.Result, error) {
+	f.mu.Lock()
+	f.reserves++
+	full := f.full
+	f.mu.Unlock()
+	if full {
+		return coordinator.Result{}, &coordinator.QuotaError{Queue: "root", Resource: api.CPU, Capability: 1000, Asked: 2000, Short: 1000}
+	}
+	return f.fakeQuota.Reserve(ctx, job, q, a)
+}
+
+func (f *fullQuota) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reserves
+}
+
+// A job refused for quota is asked for again with a backoff (50 ms doubling
+// to 2 s), not on every 20 ms cycle; once quota frees up it is admitted
+// within the longest backoff.
+func TestQuotaRefusalBacksOff(t *testing.T) {
+	r := newRig(t, "shard-o")
+	q := &fullQuota{full: true}
+	r.s.deps.Quota = q
+	r.node("n1", 32)
+	r.gang("job", 2, 2)
+	// 10 s of 20 ms cycles: 500 cycles. Backoffs 50, 100, 200, ..., 2000
+	// ms: about 10 asks, never one per cycle.
+	for i := 0; i < 500; i++ {
+		r.s.Cycle(context.Background())
+		r.advance(20 * time.Millisecond)
+	}
+	if n := q.count(); n < 5 || n > 15 {
+		t.Fatalf("%d reservations asked in 500 cycles of a refused job, want about 10", n)
+	}
+	if b := r.binder.Binds(); len(b) != 0 {
+		t.Fatalf("bound %v without quota", b)
+	}
+	q.mu.Lock()
+	q.full = false
+	q.mu.Unlock()
+	r.cycles(t, 25) // 2.5 s: past the longest backoff
+	if b := r.binder.Binds(); len(b) != 2 {
+		t.Fatalf("quota free again: %d of 2 tasks bound", len(b))
+	}
+}
