@@ -1,8 +1,11 @@
 // Package telemetry builds the OpenTelemetry tracer provider of a shard
 // process from the standard OTEL_* environment variables. Tracing is off by
 // default; OTEL_TRACES_EXPORTER=otlp (with OTEL_EXPORTER_OTLP_ENDPOINT and
-// friends, gRPC) or =console turns it on. The provider is passed explicitly
-// to the components: nothing here sets OpenTelemetry's global state.
+// friends; OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL grpc, the default, or
+// http/protobuf) or =console turns it on. OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES override the resource (service.name shardsched,
+// service.instance.id the shard). The provider is passed explicitly to the
+// components: nothing here sets OpenTelemetry's global state.
 package telemetry
 
 import (
@@ -13,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -33,7 +37,18 @@ func Setup(ctx context.Context, service, instance string, w io.Writer) (trace.Tr
 	case "", "none":
 		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
 	case "otlp":
-		sexp, err = otlptracegrpc.New(ctx)
+		proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+		if proto == "" {
+			proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		}
+		switch proto {
+		case "", "grpc":
+			sexp, err = otlptracegrpc.New(ctx)
+		case "http/protobuf":
+			sexp, err = otlptracehttp.New(ctx)
+		default:
+			return nil, nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: want grpc or http/protobuf", proto)
+		}
 	case "console":
 		if w == nil {
 			w = os.Stdout
@@ -45,7 +60,11 @@ func Setup(ctx context.Context, service, instance string, w io.Writer) (trace.Tr
 	if err != nil {
 		return nil, nil, fmt.Errorf("trace exporter: %w", err)
 	}
-	res := resource.NewSchemaless(attribute.String("service.name", service), attribute.String("service.instance.id", instance))
+	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", service), attribute.String("service.instance.id", instance)),
+		resource.WithFromEnv())
+	if err != nil {
+		return nil, nil, fmt.Errorf("trace resource (OTEL_RESOURCE_ATTRIBUTES): %w", err)
+	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(sexp), sdktrace.WithResource(res))
 	return tp, tp.Shutdown, nil
 }
