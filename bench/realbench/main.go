@@ -9,6 +9,19 @@
 //	         latency is create→bound.
 //	backlog  every pod is created first, then the scheduler is started and
 //	         the clock starts with it; latency is scheduler start→bound.
+//	chaos    not a mode of -systems: -chaos-shards shardsched shards as OS
+//	         processes (cmd/shardsched, built with go build unless
+//	         -shardsched-bin is given) on an etcd of their own, while
+//	         -pods pods (gangs of 4 and single pods) are created at -rate
+//	         pods/s; at 30 %, 50 % and 70 % of the creation period a shard
+//	         that does not lead the coordinator is killed with SIGKILL, then
+//	         the leader's process, then the coordinator's etcd is
+//	         restarted. The report gives, per fault, the time until every
+//	         partition and queue has an owner again and until the bind rate
+//	         is back to 90 % of its level before the fault, and the admitted
+//	         jobs lost. A broken invariant (pod bound twice, node
+//	         double-booked, admitted job lost, pod never bound) fails the
+//	         command after the report is written. See chaos.go.
 //
 // Systems (the first listed is the baseline of the ratios):
 //
@@ -27,6 +40,10 @@
 //	make bench-tools                                   # once: builds kube-scheduler
 //	go run ./bench/realbench                           # 1,000 nodes × 64 CPU, 10,000 pods
 //	go run ./bench/realbench -nodes 200 -pods 2000 -modes stream,backlog -out /tmp/realbench
+//	go run ./bench/realbench -nodes 200 -pods 6000 -rate 100 -modes chaos -out /tmp/realbench-chaos
+//
+// With -modes chaos alone, -systems is not read (kube-scheduler need not be
+// built).
 package main
 
 import (
@@ -42,6 +59,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/deploy"
 	"github.com/shardsched/shardsched/internal/cluster"
 )
@@ -59,6 +77,10 @@ type options struct {
 	modes                         []string
 	systems                       []sysSpec
 	out                           string
+	// chaos mode
+	rate          float64
+	chaosShards   int
+	shardschedBin string
 }
 
 func main() {
@@ -70,11 +92,14 @@ func main() {
 	flag.IntVar(&o.groups, "groups", 100, "PodGroups the pods are spread over (like Jobs)")
 	flag.IntVar(&o.warmup, "warmup", 1000, "pods the binder binds before the measured runs, to warm up the API server and etcd (not reported; 0: none)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the scheduling part of one run")
-	flag.StringVar(&modes, "modes", modeStream, "modes to run, comma-separated: stream, backlog")
+	flag.StringVar(&modes, "modes", modeStream, "modes to run, comma-separated: stream, backlog, chaos")
 	flag.StringVar(&modes, "mode", modeStream, "same as -modes")
 	flag.StringVar(&systems, "systems", "binder,shardsched-1,shardsched-3,kube-scheduler,kube-scheduler-qps",
 		"systems to run, in order; the first is the baseline of the ratios")
 	flag.StringVar(&o.out, "out", "", "also write the report (Markdown, JSON, plots) into this directory")
+	flag.Float64Var(&o.rate, "rate", 100, "chaos mode: pods created per second (the creators are rate-limited)")
+	flag.IntVar(&o.chaosShards, "chaos-shards", 4, "chaos mode: shard processes (two are killed)")
+	flag.StringVar(&o.shardschedBin, "shardsched-bin", "", "chaos mode: the cmd/shardsched binary to run (empty: go build it into a temporary directory)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if err := o.parse(modes, systems); err != nil {
@@ -112,10 +137,14 @@ func (o *options) parse(modes, systems string) error {
 		return fmt.Errorf("-warmup=%d: must be 0..pods", o.warmup)
 	case o.timeout <= 0:
 		return fmt.Errorf("-timeout=%s: must be positive", o.timeout)
+	case !(o.rate > 0 && o.rate <= 10000):
+		return fmt.Errorf("-rate=%g: must be in (0, 10000]", o.rate)
+	case o.chaosShards < 3 || o.chaosShards > 16:
+		return fmt.Errorf("-chaos-shards=%d: must be 3..16 (two are killed)", o.chaosShards)
 	}
 	for _, m := range splitList(modes) {
-		if m != modeStream && m != modeBacklog {
-			return fmt.Errorf("-modes: unknown mode %q (stream or backlog)", m)
+		if m != modeStream && m != modeBacklog && m != modeChaos {
+			return fmt.Errorf("-modes: unknown mode %q (stream, backlog or chaos)", m)
 		}
 		if slices.Contains(o.modes, m) {
 			return fmt.Errorf("-modes: %q is listed twice", m)
@@ -124,6 +153,9 @@ func (o *options) parse(modes, systems string) error {
 	}
 	if len(o.modes) == 0 {
 		return errors.New("-modes: empty")
+	}
+	if !slices.ContainsFunc(o.modes, func(m string) bool { return m != modeChaos }) {
+		return nil // the chaos scenario has its own system
 	}
 	for _, name := range splitList(systems) {
 		s, err := parseSystem(name)
@@ -158,6 +190,16 @@ func run(o options) error {
 		return err
 	}
 	started := time.Now()
+	var shardschedBin string
+	if slices.Contains(o.modes, modeChaos) {
+		fmt.Fprintln(os.Stderr, "building cmd/shardsched for the chaos scenario...")
+		bin, cleanup, err := shardschedBinary(ctx, o.shardschedBin)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		shardschedBin = bin
+	}
 	fmt.Fprintf(os.Stderr, "starting the control plane and %d kwok nodes...\n", o.nodes)
 	cp, err := cluster.Start(ctx, cluster.Config{Kwok: true, CRDs: crds})
 	if err != nil {
@@ -193,10 +235,23 @@ func run(o options) error {
 		}
 	}
 	var results []result
+	var chaosRuns []report.Run
 	for _, mode := range o.modes {
+		if mode == modeChaos {
+			fmt.Fprintf(os.Stderr, "running the chaos scenario: %d shard processes, %d pods at %.0f pods/s...\n", o.chaosShards, o.pods, o.rate)
+			r, err := runChaos(ctx, o, env, shardschedBin, len(results)+len(chaosRuns)+1)
+			if err != nil {
+				return fmt.Errorf("chaos: %w", err)
+			}
+			if err := cp.Check(); err != nil {
+				return fmt.Errorf("control plane after the chaos scenario: %w", err)
+			}
+			chaosRuns = append(chaosRuns, r)
+			continue
+		}
 		for _, sys := range o.systems {
 			fmt.Fprintf(os.Stderr, "running %s, %s mode: %d pods...\n", sys.name, mode, o.pods)
-			r, err := runOne(ctx, o, env, mode, sys, len(results)+1)
+			r, err := runOne(ctx, o, env, mode, sys, len(results)+len(chaosRuns)+1)
 			if err != nil {
 				return fmt.Errorf("%s, %s mode: %w", sys.name, mode, err)
 			}
@@ -207,13 +262,18 @@ func run(o options) error {
 		}
 	}
 	printTables(os.Stdout, o, results)
-	if o.out == "" {
-		return nil
+	printChaos(os.Stdout, chaosRuns)
+	if o.out != "" {
+		rep := buildReport(o, results, chaosRuns, started)
+		if err := writeReport(o.out, rep); err != nil {
+			return fmt.Errorf("-out %s: %w", o.out, err)
+		}
+		fmt.Fprintf(os.Stderr, "report written to %s\n", o.out)
 	}
-	rep := buildReport(o, results, started)
-	if err := writeReport(o.out, rep); err != nil {
-		return fmt.Errorf("-out %s: %w", o.out, err)
+	for _, r := range chaosRuns {
+		if r.Failed() {
+			return fmt.Errorf("%s broke an invariant: %v", r.Name, r.Invariants)
+		}
 	}
-	fmt.Fprintf(os.Stderr, "report written to %s\n", o.out)
 	return nil
 }

@@ -68,6 +68,9 @@ func printTables(w io.Writer, o options, results []result) {
 			}
 		}
 	}
+	if len(results) == 0 {
+		return
+	}
 	fmt.Fprintln(w, "\n¹ in-process systems: CPU of the whole bench process over the run, harness included.")
 	fmt.Fprintln(w, "² in-process systems: peak RSS of the whole bench process so far (it only grows over the invocation).")
 }
@@ -92,7 +95,7 @@ func cpuPer1000(r result) float64 {
 
 // buildReport turns the results into a report.Report with the targets the
 // real mode is judged by.
-func buildReport(o options, results []result, started time.Time) report.Report {
+func buildReport(o options, results []result, chaosRuns []report.Run, started time.Time) report.Report {
 	rep := report.Report{
 		Title:   fmt.Sprintf("realbench: %d kwok nodes, %d pods per run", o.nodes, o.pods),
 		Command: strings.Join(append([]string{"realbench"}, os.Args[1:]...), " "),
@@ -110,7 +113,40 @@ func buildReport(o options, results []result, started time.Time) report.Report {
 		rep.Runs = append(rep.Runs, toRun(r, tier))
 	}
 	rep.Targets = targets(results, rep.Runs)
+	for _, r := range chaosRuns {
+		rep.Runs = append(rep.Runs, r)
+		rep.Targets = append(rep.Targets, chaosTargets(r)...)
+	}
+	if len(chaosRuns) > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("chaos: shardsched shards as OS processes; at 30 %%, 50 %% and 70 %% of the pod creation period a shard that does not lead the coordinator is killed with SIGKILL, then the leader's process, then the coordinator's etcd is restarted. "+
+			"Owners back: the first complete scrape of every live shard's /metrics (every %s), begun after the fault's action returned, whose owned keys sum to every partition and queue. "+
+			"Throughput back: the end of the first %s window wholly after the fault whose bind rate is ≥ %.0f %% of the healthy rate, the rate over the %s before the first fault (so %s means no visible dip).",
+			scrapeInterval, rateWindow, recoveredShare*100, preFaultWindow, rateWindow))
+	}
 	return rep
+}
+
+// chaosTargets judges a chaos run: no admitted job lost, and both
+// ownership and throughput back after every fault.
+func chaosTargets(r report.Run) []report.Target {
+	where := fmt.Sprintf("%s, %s", r.Name, r.Tier)
+	lost := report.Target{
+		Name:  "admitted jobs lost through the faults (" + where + ")",
+		Goal:  "0",
+		Value: fmt.Sprintf("%d", r.Chaos.AdmittedJobsLost),
+		Met:   r.Chaos.AdmittedJobsLost == 0,
+	}
+	owners := report.Target{Name: "every partition and queue owned again after each fault (" + where + ")", Goal: "yes, after every fault", Met: true}
+	thru := report.Target{Name: "throughput back to ≥ 90 % of its pre-fault rate after each fault (" + where + ")", Goal: "yes, after every fault", Met: true}
+	var ov, tv []string
+	for _, e := range r.Chaos.Events {
+		ov = append(ov, fmt.Sprintf("%s: %s s", e.What, recoverySeconds(e.OwnersBackAfter)))
+		tv = append(tv, fmt.Sprintf("%s: %s s", e.What, recoverySeconds(e.ThroughputBackAfter)))
+		owners.Met = owners.Met && e.OwnersBackAfter >= 0
+		thru.Met = thru.Met && e.ThroughputBackAfter >= 0
+	}
+	owners.Value, thru.Value = strings.Join(ov, "; "), strings.Join(tv, "; ")
+	return []report.Target{lost, owners, thru}
 }
 
 func toRun(r result, tier string) report.Run {
