@@ -216,6 +216,22 @@ func (s *Snapshot) Nodes() []*api.NodeBooks {
 	return cloneOrNil(s.list)
 }
 
+// Book adds a task the cycle just assumed onto node (Cache.Assume, which
+// booked it in the cache) to the snapshot's copy of that node's books, so
+// the rest of the cycle plans with it: without this, every job placed in
+// one cycle sees the node as it was and bin-packing sends them all to the
+// same one. The copy is the snapshot's own, and Assume changed the node's
+// generation, so the next UpdateSnapshot replaces it with the cache's.
+func (s *Snapshot) Book(node string, req api.Resource) {
+	if s == nil {
+		return
+	}
+	if b, ok := s.nodes[node]; ok {
+		addInto(&b.Used, sanitize(req), +1)
+		b.Tasks++
+	}
+}
+
 // Node returns the books of one owned node.
 func (s *Snapshot) Node(name string) (*api.NodeBooks, bool) {
 	if s == nil {

@@ -486,3 +486,33 @@ func (r *rnd) intn(n int) int {
 	r.x ^= r.x << 17
 	return int(r.x % uint64(n))
 }
+
+// Book adds an assumed task to the snapshot's copy of its node only; the
+// next refresh brings the cache's books (which hold the assumption).
+func TestSnapshotBook(t *testing.T) {
+	c := New(Options{})
+	c.AddOrUpdateNode(api.Node{Name: "n1", UID: "n1", Allocatable: api.NewResource(8000, 8<<30, map[string]int64{api.Pods: 10})})
+	c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: "t", UID: "t", Job: "j", Phase: api.TaskPending,
+		Request: api.NewResource(3000, 1<<30, map[string]int64{api.Pods: 1})})
+	var s Snapshot
+	c.UpdateSnapshot(&s)
+	if err := c.Assume("t", "n1"); err != nil {
+		t.Fatal(err)
+	}
+	s.Book("n1", api.NewResource(3000, 1<<30, map[string]int64{api.Pods: 1}))
+	s.Book("nowhere", api.NewResource(1000, 0, nil)) // ignored
+	b, _ := s.Node("n1")
+	if b.Used.MilliCPU != 3000 || b.Tasks != 1 || b.Used.Get(api.Pods) != 1 {
+		t.Fatalf("snapshot books after Book: %+v", b)
+	}
+	c.UpdateSnapshot(&s)
+	b, _ = s.Node("n1")
+	if b.Used.MilliCPU != 3000 || b.Tasks != 1 {
+		t.Fatalf("refreshed books %+v, want the cache's (3 CPU, 1 task)", b)
+	}
+	c.Forget("t")
+	c.UpdateSnapshot(&s)
+	if b, _ = s.Node("n1"); b.Used.MilliCPU != 0 || b.Tasks != 0 {
+		t.Fatalf("after Forget: %+v, want empty books", b)
+	}
+}

@@ -64,3 +64,24 @@ func TestQuotaRefusalBacksOff(t *testing.T) {
 		t.Fatalf("quota free again: %d of 2 tasks bound", len(b))
 	}
 }
+
+// Jobs placed in the same cycle see each other: with room for one 3-CPU
+// task per 4-CPU node, two jobs in one cycle go to two nodes (bin-packing
+// without the cycle's own placements would send both to the same node and
+// the cache would refuse the second).
+func TestOneCyclePlacesJobsOnDistinctNodes(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("n1", 4)
+	r.node("n2", 4)
+	r.gang("a", 1, 3)
+	r.gang("b", 1, 3)
+	r.cycles(t, 1) // admission
+	r.cycles(t, 1) // placement of both
+	b := r.binder.Binds()
+	if len(b) != 2 || b["a-0"] == b["b-0"] {
+		t.Fatalf("binds after the placing cycle: %v, want a-0 and b-0 on different nodes", b)
+	}
+	if n := r.s.Stats().AssumeRefused; n != 0 {
+		t.Fatalf("%d plans refused by the cache", n)
+	}
+}

@@ -167,8 +167,8 @@ type Scheduler struct {
 	lastStatus time.Time
 
 	stats struct {
-		cycles, binds, bindFailures, admitted, quotaWaits atomic.Int64
-		offers, offerTimeouts, claims, refusals           atomic.Int64
+		cycles, binds, bindFailures, admitted, quotaWaits, assumeRefused atomic.Int64
+		offers, offerTimeouts, claims, refusals                          atomic.Int64
 	}
 	hist histograms
 	ho   handoff // loop only
@@ -322,13 +322,17 @@ func (s *Scheduler) Collectors() []prometheus.Collector {
 type Stats struct {
 	Cycles, Binds, BindFailures, Admitted, QuotaWaits int64
 	Offers, OfferTimeouts, Claims, Refusals           int64
+	// AssumeRefused counts gang plans dropped because the cache refused
+	// one of their tasks (the node changed since the cycle's snapshot).
+	AssumeRefused int64
 }
 
 // Stats returns the counters since start.
 func (s *Scheduler) Stats() Stats {
 	return Stats{Cycles: s.stats.cycles.Load(), Binds: s.stats.binds.Load(), BindFailures: s.stats.bindFailures.Load(),
 		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load(),
-		Offers: s.stats.offers.Load(), OfferTimeouts: s.stats.offerTimeouts.Load(), Claims: s.stats.claims.Load(), Refusals: s.stats.refusals.Load()}
+		Offers: s.stats.offers.Load(), OfferTimeouts: s.stats.offerTimeouts.Load(), Claims: s.stats.claims.Load(), Refusals: s.stats.refusals.Load(),
+		AssumeRefused: s.stats.assumeRefused.Load()}
 }
 
 // Cycle runs one scheduling cycle: snapshot, admission, placement, status.
@@ -630,16 +634,37 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			}
 			continue
 		}
-		req := s.placed(j, role)
+		// Assume the whole plan before any bind: if the cache refuses one
+		// task (its node changed since the snapshot), the gang binds
+		// nothing this cycle rather than part of itself.
+		var assumed []*api.Task
+		refused := false
 		for _, t := range ready {
 			node, ok := res.Assignments[t.UID]
 			if !ok {
 				continue
 			}
 			if err := s.deps.Cache.Assume(t.UID, node); err != nil {
-				s.log.Warn("assume failed", "task", t.Key(), "node", node, "err", err)
-				continue
+				s.log.Debug("assume refused; the gang waits for the next cycle", "task", t.Key(), "node", node, "err", err)
+				refused = true
+				break
 			}
+			assumed = append(assumed, t)
+		}
+		if refused {
+			s.stats.assumeRefused.Add(1)
+			for _, t := range assumed {
+				s.deps.Cache.Forget(t.UID)
+			}
+			continue
+		}
+		// The rest of this cycle plans with these tasks on their nodes.
+		for _, t := range assumed {
+			s.snap.Book(res.Assignments[t.UID], t.Request)
+		}
+		req := s.placed(j, role)
+		for _, t := range assumed {
+			node := res.Assignments[t.UID]
 			s.mu.Lock()
 			s.inflight[t.UID] = node
 			s.binding[j.UID]++
