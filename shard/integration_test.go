@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 )
 
@@ -274,5 +275,38 @@ func TestGossipBandwidth8Shards(t *testing.T) {
 	t.Logf("gossip at 8 shards (memberlist LAN profile): %.0f bytes/s per shard on average (min %.0f, max %.0f)", avg, lo, hi)
 	if avg <= 0 || avg > 125000 {
 		t.Fatalf("gossip %.0f bytes/s per shard: want > 0 and < 1 Mbit/s", avg)
+	}
+}
+
+// A shard whose session was replaced takes its name record back from its
+// own previous lease (an etcd restart revives old leases for a TTL), but
+// never from another live shard's.
+func TestReclaimNameFromOwnPreviousLease(t *testing.T) {
+	tc := newTestCluster(t)
+	cli := tc.etcd()
+	defer cli.Close()
+	ctx := context.Background()
+	s := &Shard{cfg: tc.config("shard-x"), cli: cli}
+	sess := func() *concurrency.Session {
+		se, err := newSession(ctx, cli, 30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = se.Close() })
+		return se
+	}
+	old, other, renewed := sess(), sess(), sess()
+	if err := s.claimName(ctx, old, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.claimName(ctx, renewed, other.Lease()); err == nil || !strings.Contains(err.Error(), "duplicate shard name") {
+		t.Fatalf("claim over a record of another lease: %v, want a duplicate-name error", err)
+	}
+	if err := s.claimName(ctx, renewed, old.Lease()); err != nil {
+		t.Fatalf("claim over our own previous lease's record: %v", err)
+	}
+	resp, err := cli.Get(ctx, s.memberKey("shard-x"))
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != renewed.Lease() {
+		t.Fatalf("record after the takeover: %v %v, want it under the new lease", resp, err)
 	}
 }

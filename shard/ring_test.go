@@ -632,3 +632,18 @@ func BenchmarkPartition(b *testing.B) {
 		Partition("ip-10-0-12-34.ec2.internal", DefaultPartitions)
 	}
 }
+
+// An advertise address without an advertise port advertises the bind port
+// (deploy/ sets --gossip-advertise-addr to the pod IP and no port).
+func TestAdvertisePortDefaultsToBindPort(t *testing.T) {
+	for _, tc := range []struct{ bind, adv, want int }{{7946, 0, 7946}, {7946, 8000, 8000}, {0, 0, 0}} {
+		s := &Shard{cfg: Config{Name: "s", BindAddr: "127.0.0.1", BindPort: tc.bind, AdvertiseAddr: "10.0.0.7", AdvertisePort: tc.adv}}
+		c, err := s.memberlistConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.AdvertiseAddr != "10.0.0.7" || c.AdvertisePort != tc.want {
+			t.Errorf("bind %d advertise %d: memberlist advertises %s:%d, want port %d", tc.bind, tc.adv, c.AdvertiseAddr, c.AdvertisePort, tc.want)
+		}
+	}
+}

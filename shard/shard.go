@@ -101,7 +101,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Shard, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := s.claimName(sctx, sess); err != nil {
+	if err := s.claimName(sctx, sess, 0); err != nil {
 		sess.Close()
 		return nil, err
 	}
@@ -135,16 +135,28 @@ func (s *Shard) memberKey(name string) string { return s.cfg.EtcdPrefix + "/memb
 func (s *Shard) ownPrefix() string            { return s.cfg.EtcdPrefix + "/own/" }
 
 // claimName creates the member record under the session lease; another
-// live shard with the same name makes this fail.
-func (s *Shard) claimName(ctx context.Context, sess *concurrency.Session) error {
+// live shard with the same name makes this fail. prev, when not 0, is this
+// shard's previous lease: a record still held by it (an etcd restart gives
+// old leases a fresh TTL, so it can outlive the session we lost) is taken
+// over rather than reported as a duplicate.
+func (s *Shard) claimName(ctx context.Context, sess *concurrency.Session, prev clientv3.LeaseID) error {
 	key := s.memberKey(s.cfg.Name)
+	val := strconv.FormatInt(int64(sess.Lease()), 16)
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, strconv.FormatInt(int64(sess.Lease()), 16), clientv3.WithLease(sess.Lease()))).
-		Else(clientv3.OpGet(key)).
+		Then(clientv3.OpPut(key, val, clientv3.WithLease(sess.Lease()))).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd unreachable (endpoints %v): %w", s.cli.Endpoints(), err)
+	}
+	if !resp.Succeeded && prev != 0 {
+		resp, err = s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Value(key), "=", strconv.FormatInt(int64(prev), 16))).
+			Then(clientv3.OpPut(key, val, clientv3.WithLease(sess.Lease()))).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("etcd unreachable (endpoints %v): %w", s.cli.Endpoints(), err)
+		}
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("duplicate shard name %q: another live shard holds %s", s.cfg.Name, key)
@@ -162,6 +174,11 @@ func (s *Shard) memberlistConfig() (*memberlist.Config, error) {
 	c.Name = s.cfg.Name
 	c.BindAddr, c.BindPort = s.cfg.BindAddr, s.cfg.BindPort
 	c.AdvertiseAddr, c.AdvertisePort = s.cfg.AdvertiseAddr, s.cfg.AdvertisePort
+	if c.AdvertisePort == 0 {
+		// 0 means the bind port (memberlist would advertise port 0 with
+		// an advertise address set; with bind port 0 it picks the port).
+		c.AdvertisePort = c.BindPort
+	}
 	c.Delegate = (*delegate)(s)
 	c.Events = (*events)(s)
 	c.LogOutput = slogWriter{s.log}
@@ -556,7 +573,10 @@ func (s *Shard) renewSession(ctx context.Context) {
 		sess, err := newSession(gctx, s.cli, s.cfg.SessionTTL)
 		cancel()
 		if err == nil {
-			if err := s.claimName(ctx, sess); err != nil {
+			s.mu.Lock()
+			prev := s.session.Lease()
+			s.mu.Unlock()
+			if err := s.claimName(ctx, sess, prev); err != nil {
 				s.log.Error("cannot reclaim shard name after session loss", "err", err)
 			}
 			s.mu.Lock()
