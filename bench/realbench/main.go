@@ -81,6 +81,7 @@ type options struct {
 	rate          float64
 	chaosShards   int
 	shardschedBin string
+	dumpMetrics   bool
 }
 
 func main() {
@@ -101,6 +102,7 @@ func main() {
 	flag.IntVar(&o.chaosShards, "chaos-shards", 4, "chaos mode: shard processes (two are killed)")
 	flag.StringVar(&o.shardschedBin, "shardsched-bin", "", "chaos mode: the cmd/shardsched binary to run (empty: go build it into a temporary directory)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.BoolVar(&o.dumpMetrics, "dump-metrics", false, "print each shard's shardsched_* metrics to stderr when its run ends")
 	flag.Parse()
 	if err := o.parse(modes, systems); err != nil {
 		fail(2, err)
@@ -219,7 +221,7 @@ func run(o options) error {
 		return err
 	}
 	defer coordEtcd.Close()
-	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints}
+	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints, dumpMetrics: o.dumpMetrics}
 
 	if o.warmup > 0 {
 		fmt.Fprintf(os.Stderr, "warming up: the binder binds %d pods...\n", o.warmup)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -34,6 +36,8 @@ type benchEnv struct {
 	kubeconfig string // admin kubeconfig of the control plane
 	dir        string // control plane state directory, removed at the end
 	etcd       []string
+	// dumpMetrics prints each shard's metrics when its run ends.
+	dumpMetrics bool
 }
 
 // runSpec names one run: the namespace its pods live in and the
@@ -209,7 +213,12 @@ func (s shardschedSystem) start(ctx context.Context, env *benchEnv, run runSpec)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := daemon.Run(ctx, opts, func(d *daemon.Daemon) { readyc <- d.Shard.GossipAddr() })
+				err := daemon.Run(ctx, opts, func(d *daemon.Daemon) {
+					readyc <- d.Shard.GossipAddr()
+					if env.dumpMetrics {
+						go func() { <-ctx.Done(); dumpMetrics(d) }()
+					}
+				})
 				exited <- err
 				if err != nil && !errors.Is(err, context.Canceled) {
 					fmt.Fprintln(os.Stderr, "daemon:", err)
@@ -247,4 +256,16 @@ func daemonOptions(rc *rest.Config, etcd []string, name, prefix, schedName strin
 	o.Scheduler.SchedulerName, o.Scheduler.Partitions = schedName, 1024
 	o.Status = status.DefaultConfig()
 	return o
+}
+
+// dumpMetrics prints a shard's scheduling series to stderr (-dump-metrics),
+// to see where a run's time went.
+func dumpMetrics(d *daemon.Daemon) {
+	rec := httptest.NewRecorder()
+	d.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(line, "shardsched_") && !strings.Contains(line, "_bucket") && !strings.HasPrefix(line, "shardsched_queue_") {
+			fmt.Fprintln(os.Stderr, d.Shard.Name()+": "+line)
+		}
+	}
 }
