@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -83,5 +84,60 @@ func TestOneCyclePlacesJobsOnDistinctNodes(t *testing.T) {
 	}
 	if n := r.s.Stats().AssumeRefused; n != 0 {
 		t.Fatalf("%d plans refused by the cache", n)
+	}
+}
+
+// A gang that does not fit for longer than StarveAfter gets nodes held for
+// it: younger jobs stop landing there, the held nodes drain, and the gang
+// binds; the hold then ends.
+func TestStarvingGangGetsNodesHeld(t *testing.T) {
+	r := newRig(t, "shard-o")
+	for _, n := range []string{"n1", "n2", "n3", "n4"} {
+		r.node(n, 8)
+	}
+	// Each node runs a 5-CPU pod: 3 CPU free on each, 12 in all.
+	for i, n := range []string{"n1", "n2", "n3", "n4"} {
+		r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: fmt.Sprintf("old-%d", i), UID: fmt.Sprintf("old-%d", i), Job: "old",
+			NodeName: n, Phase: api.TaskRunning, Request: api.NewResource(5000, gi, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+	}
+	job := func(uid string, n int, cpu int64) {
+		r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: int32(n), Phase: api.JobPending, Created: r.clock()})
+		for i := 0; i < n; i++ {
+			r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", uid, i), UID: fmt.Sprintf("%s-%d", uid, i), Job: uid,
+				Request: api.NewResource(cpu*1000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano", Created: r.clock()})
+		}
+	}
+	job("gang", 2, 6) // two 6-CPU tasks: needs two nodes with 6 free
+	r.cycles(t, 5)
+	if b := r.binder.Binds(); len(b) != 0 {
+		t.Fatalf("gang bound with no room: %v", b)
+	}
+	r.advance(11 * time.Second) // past StarveAfter
+	r.cycles(t, 1)
+	if r.s.Stats().Holds != 1 || r.s.held == nil || r.s.held.job != "gang" || len(r.s.held.nodes) != 2 {
+		t.Fatalf("no hold of two nodes for the starving gang: %+v", r.s.held)
+	}
+	held := r.s.held.nodes
+	// A younger 2-CPU job fits anywhere, but must not land on a held node.
+	job("small", 1, 2)
+	r.cycles(t, 2)
+	b := r.binder.Binds()
+	if node, ok := b["small-0"]; !ok || held[node] {
+		t.Fatalf("younger job bound to %q (held %v)", node, held)
+	}
+	// The pods on the held nodes finish: the gang binds there, the hold ends.
+	for i, n := range []string{"n1", "n2", "n3", "n4"} {
+		if held[n] {
+			r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: fmt.Sprintf("old-%d", i), UID: fmt.Sprintf("old-%d", i), Job: "old",
+				NodeName: n, Phase: api.TaskSucceeded, Request: api.NewResource(5000, gi, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+		}
+	}
+	r.cycles(t, 2)
+	b = r.binder.Binds()
+	if !held[b["gang-0"]] || !held[b["gang-1"]] || b["gang-0"] == b["gang-1"] {
+		t.Fatalf("gang binds %v, want both on the two held nodes %v", b, held)
+	}
+	if r.s.held != nil {
+		t.Fatalf("hold still on after the gang was placed: %+v", r.s.held)
 	}
 }

@@ -1,11 +1,13 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -94,6 +96,10 @@ type Config struct {
 	// CapacityInterval: the capacity summary is gossiped at most this often
 	// (500 ms).
 	OfferTimeout, ClaimGiveUp, RefusedFor, CapacityInterval time.Duration
+	// Starvation guard (see hold.go): a gang that does not fit after
+	// waiting StarveAfter (default 10 s) gets nodes held for it, for at
+	// most MaxHold (default 5 min).
+	StarveAfter, MaxHold time.Duration
 }
 
 // DefaultConfig returns bin-packing, 20 ms cycles and 32 bind workers.
@@ -167,11 +173,12 @@ type Scheduler struct {
 	lastStatus time.Time
 
 	stats struct {
-		cycles, binds, bindFailures, admitted, quotaWaits, assumeRefused atomic.Int64
-		offers, offerTimeouts, claims, refusals                          atomic.Int64
+		cycles, binds, bindFailures, admitted, quotaWaits, assumeRefused, holds atomic.Int64
+		offers, offerTimeouts, claims, refusals                                 atomic.Int64
 	}
 	hist histograms
 	ho   handoff // loop only
+	held *hold   // loop only: nodes held for a starving gang
 
 	mu        sync.Mutex                 // guards the fields below
 	tree      *api.Tree                  // queue hierarchy (SetTree); nil until known
@@ -222,6 +229,12 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.StarveAfter <= 0 {
+		cfg.StarveAfter = 10 * time.Second
+	}
+	if cfg.MaxHold <= 0 {
+		cfg.MaxHold = 5 * time.Minute
 	}
 	if cfg.AdmitParallelism <= 0 {
 		cfg.AdmitParallelism = 32
@@ -325,6 +338,8 @@ type Stats struct {
 	// AssumeRefused counts gang plans dropped because the cache refused
 	// one of their tasks (the node changed since the cycle's snapshot).
 	AssumeRefused int64
+	// Holds counts node holds started for starving gangs.
+	Holds int64
 }
 
 // Stats returns the counters since start.
@@ -332,7 +347,7 @@ func (s *Scheduler) Stats() Stats {
 	return Stats{Cycles: s.stats.cycles.Load(), Binds: s.stats.binds.Load(), BindFailures: s.stats.bindFailures.Load(),
 		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load(),
 		Offers: s.stats.offers.Load(), OfferTimeouts: s.stats.offerTimeouts.Load(), Claims: s.stats.claims.Load(), Refusals: s.stats.refusals.Load(),
-		AssumeRefused: s.stats.assumeRefused.Load()}
+		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load()}
 }
 
 // Cycle runs one scheduling cycle: snapshot, admission, placement, status.
@@ -564,6 +579,19 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	defer func() {
 		parallel(confirms, s.cfg.AdmitParallelism, func(c confirmReq) { s.confirm(ctx, c.job, c.bound) })
 	}()
+	// Oldest first within a priority, so the longest-waiting gang plans
+	// before younger jobs take the room.
+	jobs = slices.Clone(jobs)
+	slices.SortStableFunc(jobs, func(a, b *api.Job) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created))
+	})
+	live := make(map[string]bool, len(jobs))
+	placedJobs := map[string]bool{}
+	for _, j := range jobs {
+		live[j.UID] = true
+	}
+	defer func() { s.endHold(placedJobs, live) }()
+	var unheld []*api.NodeBooks // nodes minus the held ones, computed once
 	for _, j := range jobs {
 		role := s.roleOf(ctx, j)
 		if role == notMine {
@@ -605,8 +633,8 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			attribute.String("job", j.Key()), attribute.Int("tasks", len(ready)), attribute.Int("min_member", need), attribute.Int("nodes_considered", len(nodes))))
 		t0 := time.Now()
 		var res placement.Result
-		if len(nodes) > 0 {
-			res = placement.PlaceGang(pc, ready, nodes, need, s.rng)
+		if cand := s.holdFilter(j, nodes, &unheld); len(cand) > 0 {
+			res = placement.PlaceGang(pc, ready, cand, need, s.rng)
 		}
 		s.hist.place.Observe(time.Since(t0).Seconds())
 		pspan.SetAttributes(attribute.Bool("placed", res.OK))
@@ -616,6 +644,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			if role == asOwner && s.offer(ctx, j, ready[:need]) {
 				continue
 			}
+			s.maybeHold(j, ready, need, nodes)
 			if role == asClaimer {
 				s.claimStuck(ctx, j)
 				continue
@@ -662,6 +691,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		for _, t := range assumed {
 			s.snap.Book(res.Assignments[t.UID], t.Request)
 		}
+		placedJobs[j.UID] = true
 		req := s.placed(j, role)
 		for _, t := range assumed {
 			node := res.Assignments[t.UID]

@@ -40,6 +40,7 @@ func (d *Daemon) registerMetrics() *prometheus.Registry {
 	st := d.sched.Stats
 	counter("binds_total", "Pods bound.", func() float64 { return float64(st().Binds) })
 	counter("bind_failures_total", "Bind calls that failed.", func() float64 { return float64(st().BindFailures) })
+	counter("starvation_holds_total", "Node holds started for gangs that waited too long for room (see scheduler/hold.go).", func() float64 { return float64(st().Holds) })
 	counter("assume_refused_total", "Gang plans dropped for a cycle because the cache refused one of their tasks (the node changed since the snapshot).", func() float64 { return float64(st().AssumeRefused) })
 	counter("admissions_total", "Jobs admitted by the coordinator.", func() float64 { return float64(st().Admitted) })
 	counter("admission_waits_total", "Admissions refused for lack of quota.", func() float64 { return float64(st().QuotaWaits) })
