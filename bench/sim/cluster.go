@@ -440,6 +440,27 @@ func (c *Cluster) sample(leaves []LeafQueue, withJobs bool) sample {
 	return s
 }
 
+// pendingBySize counts, per job size, the jobs with pending pods and the
+// longest any of them has waited.
+func (c *Cluster) pendingBySize() map[int][2]float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.Now()
+	out := map[int][2]float64{}
+	for _, j := range c.jobs {
+		for _, p := range j.pods {
+			if p.t.NodeName == "" && !p.t.Phase.Terminal() {
+				e := out[j.size]
+				e[0]++
+				e[1] = max(e[1], now.Sub(p.t.Created).Seconds())
+				out[j.size] = e
+				break
+			}
+		}
+	}
+	return out
+}
+
 // Stats returns the counters.
 func (c *Cluster) Stats() Stats {
 	c.mu.Lock()

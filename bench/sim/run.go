@@ -223,7 +223,9 @@ func (s *sim) startShard(ctx context.Context, name string) error {
 	sc := scheduler.DefaultConfig()
 	sc.SchedulerName, sc.Partitions, sc.Logger, sc.Now, sc.Seed = schedulerName, parts, log, s.cl.Now, s.cfg.Seed
 	sh := p.sh
+	claims := shard.NewClaims(sh)
 	p.sched, err = scheduler.New(sc, scheduler.Deps{Cache: p.cache, Ownership: sh, Quota: p.quota, Recorder: &Recorder{c: s.cl}, Status: p.status,
+		Peers: sh, Claims: claims,
 		Binder: &Binder{c: s.cl, shard: name, holds: func(node string) bool { return sh.Holds(shard.PartitionKey(shard.Partition(node, parts))) }}})
 	if err != nil {
 		return err
@@ -246,6 +248,7 @@ func (s *sim) startShard(ctx context.Context, name string) error {
 	goRun(p.coord.Run)
 	goRun(p.sh.Run)
 	goRun(p.status.Run)
+	goRun(claims.Run)
 	wait := p.sched.StartBinders(rctx)
 	p.wg.Add(1)
 	go func() { defer p.wg.Done(); <-rctx.Done(); wait() }()
@@ -681,6 +684,18 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		fmt.Sprintf("%d pods submitted, %d bound, %d completed, %d evicted by drains; %d binds refused by the API (already bound or gone)", st.Submitted, st.Binds, st.Completed, st.Evicted, st.BindRefused),
 		fmt.Sprintf("status writes: %d queue, %d PodGroup; most shards writing one queue: %d, one PodGroup: %d", st.QueueWrites, st.PodGroupWrites, st.WritersPerQueue, st.WritersPerPodGroup),
 		fmt.Sprintf("RSS: %.0f MiB before the shards started, %.0f MiB at the end of warm-up, %.0f MiB at the end (after GC); whole process: cluster model, embedded etcd and %d shards", rss0, rssWarm, rssEnd, cfg.Shards))
+	if ps := s.cl.pendingBySize(); len(ps) > 0 {
+		sizes := make([]int, 0, len(ps))
+		for k := range ps {
+			sizes = append(sizes, k)
+		}
+		sort.Ints(sizes)
+		var parts []string
+		for _, k := range sizes {
+			parts = append(parts, fmt.Sprintf("size %d: %.0f jobs (oldest %.0f s)", k, ps[k][0], ps[k][1]))
+		}
+		run.Notes = append(run.Notes, "jobs with pending pods at the end, by size: "+strings.Join(parts, ", "))
+	}
 	if cfg.Chaos {
 		lost := 0
 		res, err := s.anyQuota().List(ctx)
