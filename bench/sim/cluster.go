@@ -80,6 +80,7 @@ type simJob struct {
 	doneAt  time.Time
 	spec    JobSpec
 	writers map[string]bool
+	why     string // the last FailedScheduling or Unschedulable message
 }
 
 // NewCluster returns a cluster with n nodes of the workload's shape.
@@ -441,24 +442,33 @@ func (c *Cluster) sample(leaves []LeafQueue, withJobs bool) sample {
 }
 
 // pendingBySize counts, per job size, the jobs with pending pods and the
-// longest any of them has waited.
-func (c *Cluster) pendingBySize() map[int][2]float64 {
+// longest any of them has waited, with the oldest one's last reason.
+func (c *Cluster) pendingBySize() map[int]pendingJobs {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.Now()
-	out := map[int][2]float64{}
+	out := map[int]pendingJobs{}
 	for _, j := range c.jobs {
 		for _, p := range j.pods {
 			if p.t.NodeName == "" && !p.t.Phase.Terminal() {
 				e := out[j.size]
-				e[0]++
-				e[1] = max(e[1], now.Sub(p.t.Created).Seconds())
+				e.jobs++
+				if w := now.Sub(p.t.Created).Seconds(); w >= e.oldest {
+					e.oldest, e.why, e.gpu = w, j.why, j.spec.GPU > 0
+				}
 				out[j.size] = e
 				break
 			}
 		}
 	}
 	return out
+}
+
+type pendingJobs struct {
+	jobs   int
+	oldest float64
+	why    string
+	gpu    bool
 }
 
 // Stats returns the counters.
@@ -580,23 +590,30 @@ func (w *StatusWriter) WritePodGroupStatus(_ context.Context, _, name, uid strin
 	return nil
 }
 
-// Recorder counts the events a shard would send (each one an API write).
+// Recorder counts the events a shard would send (each one an API write)
+// and keeps the last reason given for each job that waits.
 type Recorder struct{ c *Cluster }
 
-func (r *Recorder) count() {
+func (r *Recorder) count(job, why string) {
 	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
 	r.c.stats.Events++
-	r.c.mu.Unlock()
+	for _, j := range r.c.jobs {
+		if j.j.Name == job && why != "" {
+			j.why = why
+			return
+		}
+	}
 }
 
 // Scheduled implements scheduler.Recorder.
-func (r *Recorder) Scheduled(*api.Task, string) { r.count() }
+func (r *Recorder) Scheduled(*api.Task, string) { r.count("", "") }
 
 // FailedScheduling implements scheduler.Recorder.
-func (r *Recorder) FailedScheduling(*api.Task, string) { r.count() }
+func (r *Recorder) FailedScheduling(t *api.Task, msg string) { r.count(t.Job, msg) }
 
 // Unschedulable implements scheduler.Recorder.
-func (r *Recorder) Unschedulable(*api.Job, string) { r.count() }
+func (r *Recorder) Unschedulable(j *api.Job, msg string) { r.count(j.Name, msg) }
 
 // endHeap orders bound pods by end time.
 type endHeap []*simPod

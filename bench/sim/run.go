@@ -131,7 +131,10 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	if err := s.waitOwners(ctx, time.Minute); err != nil {
 		return report.Run{}, err
 	}
-	fmt.Fprintf(cfg.Progress, "sim: %d shards own all %d keys after %s\n", cfg.Shards, s.keyCount(), time.Since(settle).Round(time.Millisecond))
+	if err := s.waitTree(ctx, time.Minute); err != nil {
+		return report.Run{}, err
+	}
+	fmt.Fprintf(cfg.Progress, "sim: %d shards own all %d keys and the coordinator has the queue tree after %s\n", cfg.Shards, s.keyCount(), time.Since(settle).Round(time.Millisecond))
 	return s.drive(ctx, rss0)
 }
 
@@ -338,6 +341,29 @@ func (s *sim) waitOwners(ctx context.Context, limit time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// waitTree waits until the coordinator leader serves the queue tree, so the
+// first cycles do not refuse every job for an unknown queue (while the
+// virtual clock runs).
+func (s *sim) waitTree(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		res, err := s.anyQuota().List(cctx)
+		cancel()
+		if err == nil && len(res.Specs) >= len(s.tree.Names()) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the coordinator did not get the queue tree within %s (last error: %v)", limit, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // syncOwnership gives each live shard's cache the nodes it now owns and
@@ -692,7 +718,16 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		sort.Ints(sizes)
 		var parts []string
 		for _, k := range sizes {
-			parts = append(parts, fmt.Sprintf("size %d: %.0f jobs (oldest %.0f s)", k, ps[k][0], ps[k][1]))
+			e := ps[k]
+			why := e.why
+			if why == "" {
+				why = "no event yet"
+			}
+			gpu := ""
+			if e.gpu {
+				gpu = ", asks for GPUs"
+			}
+			parts = append(parts, fmt.Sprintf("size %d: %d jobs (oldest %.0f s%s: %q)", k, e.jobs, e.oldest, gpu, why))
 		}
 		run.Notes = append(run.Notes, "jobs with pending pods at the end, by size: "+strings.Join(parts, ", "))
 	}
