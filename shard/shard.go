@@ -51,12 +51,15 @@ type Shard struct {
 	cfg Config
 	cli *clientv3.Client
 	log *slog.Logger
-	ml  *memberlist.Memberlist
+	// gossipAddr is the advertised gossip address, fixed at start.
+	gossipAddr string
+	ml         *memberlist.Memberlist
 
 	events chan struct{} // membership changed (coalesced)
 
-	metaMu sync.Mutex // guards meta
+	metaMu sync.Mutex // guards meta and peers
 	meta   Meta
+	peers  map[string]Meta // live members by name, copied from memberlist's events
 
 	mu      sync.Mutex // guards m, queues, session, ring; lock order: mu before metaMu
 	m       *Machine
@@ -118,6 +121,10 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Shard, error) 
 		return nil, fmt.Errorf("start gossip on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
 	s.ml = ml
+	// Read once, now: memberlist rewrites its local node's fields when the
+	// metadata changes (SetCapacity), so reading them later races.
+	n := ml.LocalNode()
+	s.gossipAddr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 	return s, nil
 }
 
@@ -204,10 +211,7 @@ func (s *Shard) memberlistConfig() (*memberlist.Config, error) {
 }
 
 // GossipAddr is the address other shards can join.
-func (s *Shard) GossipAddr() string {
-	n := s.ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-}
+func (s *Shard) GossipAddr() string { return s.gossipAddr }
 
 // Lease is the etcd lease of the shard's current session (tentative quota
 // reservations are bound to it).
@@ -318,16 +322,35 @@ func (s *Shard) SetCapacity(c Capacity) {
 
 // Members returns the metadata of every live member, sorted by ID.
 func (s *Shard) Members() []Meta {
-	var out []Meta
-	for _, n := range s.ml.Members() {
-		var m Meta
-		if err := json.Unmarshal(n.Meta, &m); err != nil || m.ID == "" {
-			m = Meta{ID: n.Name}
-		}
+	s.metaMu.Lock()
+	out := make([]Meta, 0, len(s.peers))
+	for _, m := range s.peers {
 		out = append(out, m)
 	}
+	s.metaMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// notePeer records a member's metadata. memberlist calls its event
+// delegate with its own lock held, so the node's fields are read there, not
+// later (memberlist rewrites them in place on updates).
+func (s *Shard) notePeer(n *memberlist.Node, alive bool) {
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	if s.peers == nil {
+		s.peers = map[string]Meta{}
+	}
+	if !alive {
+		delete(s.peers, n.Name)
+		return
+	}
+	var m Meta
+	if err := json.Unmarshal(n.Meta, &m); err != nil {
+		m = Meta{}
+	}
+	m.ID = n.Name // the ring is built from member names
+	s.peers[n.Name] = m
 }
 
 // Holds reports whether the shard may use key now (a local check; the
@@ -387,8 +410,8 @@ func (s *Shard) keys() []string {
 
 func (s *Shard) onMembership() {
 	var names []string
-	for _, n := range s.ml.Members() {
-		names = append(names, n.Name)
+	for _, m := range s.Members() {
+		names = append(names, m.ID)
 	}
 	ring := NewRing(names)
 	s.mu.Lock()
@@ -641,9 +664,17 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 // events implements memberlist.EventDelegate: any change re-runs the ring.
 type events Shard
 
-func (e *events) NotifyJoin(*memberlist.Node)   { (*Shard)(e).signal() }
-func (e *events) NotifyLeave(*memberlist.Node)  { (*Shard)(e).signal() }
-func (e *events) NotifyUpdate(*memberlist.Node) {}
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	(*Shard)(e).notePeer(n, true)
+	(*Shard)(e).signal()
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	(*Shard)(e).notePeer(n, false)
+	(*Shard)(e).signal()
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) { (*Shard)(e).notePeer(n, true) }
 
 type slogWriter struct{ log *slog.Logger }
 
