@@ -41,6 +41,7 @@ type options struct {
 	include   string
 	fsync     bool
 	verbose   bool
+	rejudge   bool
 }
 
 func main() {
@@ -58,6 +59,7 @@ func main() {
 	flag.StringVar(&o.include, "include", "", "a report.json whose runs and targets to include (e.g. the real mode's)")
 	flag.BoolVar(&o.fsync, "fsync", true, "the embedded etcd syncs its log (as in production)")
 	flag.BoolVar(&o.verbose, "v", false, "log the shards' warnings to stderr")
+	flag.BoolVar(&o.rejudge, "rejudge", false, "run nothing: judge the simulated runs of the -include report again and write it to -out")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -112,6 +114,39 @@ func fail(code int, err error) {
 func run(ctx context.Context, o options) error {
 	rep := report.Report{Title: "shardsched bench", Command: strings.Join(os.Args, " "), Started: time.Now().UTC(),
 		Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())}
+	if o.rejudge {
+		if o.include == "" {
+			return errors.New("-rejudge needs -include (the report to judge again)")
+		}
+		inc, err := report.Read(o.include)
+		if err != nil {
+			return err
+		}
+		var sims []report.Run
+		for _, r := range inc.Runs {
+			if r.Mode == "sim" {
+				sims = append(sims, r)
+			}
+		}
+		judged := simTargets(sims)
+		names := map[string]bool{}
+		for _, t := range judged {
+			names[t.Name] = true
+		}
+		var kept []report.Target
+		for _, t := range inc.Targets {
+			if !names[t.Name] {
+				kept = append(kept, t)
+			}
+		}
+		inc.Targets = append(kept, judged...)
+		files, err := report.Write(o.out, inc)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "simbench: wrote %s\n", strings.Join(files.All(), ", "))
+		return nil
+	}
 	if o.include != "" {
 		inc, err := report.Read(o.include)
 		if err != nil {
