@@ -2,15 +2,13 @@ package status
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+
+	"github.com/shardsched/shardsched/internal/testenv"
 )
 
 // fakeWriter is an in-memory Writer. It records every call, the server's
@@ -191,32 +189,4 @@ func newTestBatcher(tb testing.TB, w Writer, mod func(*Config)) *Batcher {
 
 // TestMain fails the package when a test leaves a goroutine of this
 // package running (a Run that did not return, a stuck flush worker).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(); leaked != "" {
-			fmt.Println("FAIL: leaked goroutines:\n" + leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func leakedGoroutines() string {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "shardsched/status.") && !strings.Contains(g, "leakedGoroutines") &&
-				!strings.Contains(g, "TestMain") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+func TestMain(m *testing.M) { testenv.MainCheckingLeaks(m, "shardsched/status.") }

@@ -5,9 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,38 +19,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardsched/shardsched/internal/telemetry"
+
+	"github.com/shardsched/shardsched/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(); leaked != "" {
-			fmt.Println("FAIL: leaked goroutines:\n" + leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakedGoroutines lists goroutines of the receiver or of gRPC still alive
-// after the tests (waiting a little: connections close asynchronously).
-func leakedGoroutines() string {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if (strings.Contains(g, "main.(*spanReceiver)") || strings.Contains(g, "google.golang.org/grpc")) &&
-				!strings.Contains(g, "leakedGoroutines") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.MainCheckingLeaks(m, "main.(*spanReceiver)", "google.golang.org/grpc")
 }
 
 // lockedBuffer is a -spans-file stand-in that the test reads after the
