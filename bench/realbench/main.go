@@ -26,11 +26,27 @@
 // Systems (the first listed is the baseline of the ratios):
 //
 //	binder              no-logic round-robin binder with 32 workers in this
-//	                    process: the API server's ceiling
+//	                    process: the API server's ceiling (it skips the
+//	                    nodes it has filled, and ignores PodGroups and queues)
 //	shardsched-N        N shardsched shards in this process
 //	kube-scheduler      kube-scheduler v1.36.3 as a process, default
 //	                    settings (client QPS 50, burst 100)
 //	kube-scheduler-qps  the same with client QPS and burst 5000
+//
+// Pods: without -workload every pod asks for 1 CPU / 2Gi and the pods are
+// spread over -groups PodGroups of minMember 1. With -workload FILE -tier
+// NAME they are the jobs of a declarative workload file (the same files as
+// bench/sim, bench/workloads/*.yaml): the first jobs of its generator
+// (seeded with -seed) up to -pods pods, each a PodGroup (minMember = its
+// size, in its leaf queue) and that many pods with the job's CPU, memory
+// and GPU requests; the nodes take the workload's shape (GPUs on every
+// gpuEvery-th node) and its queue tree is created once as Volcano Queues,
+// capabilities and shares computed for -nodes nodes rather than the tier's.
+// Arrival times and lifetimes are ignored (kwok pods never finish), so the
+// pods must fit at once: realbench refuses a -pods whose pods request more
+// than 90 % of the cluster's CPU, memory or GPUs. Only shardsched honours
+// the PodGroups and queues; kube-scheduler and the binder place pods one by
+// one. See workload.go.
 //
 // Each run gets its own namespace and schedulerName; its pods are deleted
 // when it ends, so every run starts on empty nodes. Before the first run the
@@ -41,9 +57,11 @@
 //	go run ./bench/realbench                           # 1,000 nodes × 64 CPU, 10,000 pods
 //	go run ./bench/realbench -nodes 200 -pods 2000 -modes stream,backlog -out /tmp/realbench
 //	go run ./bench/realbench -nodes 200 -pods 6000 -rate 100 -modes chaos -out /tmp/realbench-chaos
+//	go run ./bench/realbench -workload bench/workloads/churn.yaml -tier 100k -nodes 1000 -pods 10000 -systems binder,shardsched-1,kube-scheduler-qps
 //
 // With -modes chaos alone, -systems is not read (kube-scheduler need not be
-// built).
+// built). The chaos scenario has pods of its own: -workload cannot be
+// combined with it.
 package main
 
 import (
@@ -57,9 +75,14 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/shardsched/shardsched/bench/report"
+	"github.com/shardsched/shardsched/bench/sim"
 	"github.com/shardsched/shardsched/deploy"
 	"github.com/shardsched/shardsched/internal/cluster"
 )
@@ -82,15 +105,30 @@ type options struct {
 	chaosShards   int
 	shardschedBin string
 	dumpMetrics   bool
+	// shape is every kwok node's; workload is nil without -workload.
+	shape    nodeShape
+	workload *benchWorkload
+}
+
+// plan is what one run creates.
+func (o options) plan(run runSpec) (podPlan, error) {
+	if o.workload == nil {
+		return uniformPlan(o.pods, o.groups, run), nil
+	}
+	return jobsPlan(o.workload.jobs, run)
 }
 
 func main() {
 	var o options
-	var modes, systems string
-	flag.IntVar(&o.nodes, "nodes", 1000, "kwok nodes (64 CPU, 256Gi each)")
-	flag.IntVar(&o.pods, "pods", 10000, "pods per run (1 CPU, 2Gi each)")
-	flag.IntVar(&o.creators, "creators", 32, "concurrent pod creators")
-	flag.IntVar(&o.groups, "groups", 100, "PodGroups the pods are spread over (like Jobs)")
+	var modes, systems, workload, tier string
+	var seed uint64
+	flag.IntVar(&o.nodes, "nodes", 1000, "kwok nodes (64 CPU, 256Gi each; with -workload, the workload's node)")
+	flag.IntVar(&o.pods, "pods", 10000, "pods per run (1 CPU, 2Gi each; with -workload, the workload's)")
+	flag.IntVar(&o.creators, "creators", 32, "concurrent pod creators (with -workload each takes whole jobs)")
+	flag.IntVar(&o.groups, "groups", 100, "PodGroups the pods are spread over (like Jobs); not read with -workload")
+	flag.StringVar(&workload, "workload", "", "declarative workload file (bench/workloads/*.yaml) the pods are drawn from (empty: identical pods over -groups PodGroups)")
+	flag.StringVar(&tier, "tier", "", "tier of -workload (its job mix, queue tree and GPUs; the cluster is -nodes, not the tier's)")
+	flag.Uint64Var(&seed, "seed", 1, "seed of -workload's generator")
 	flag.IntVar(&o.warmup, "warmup", 1000, "pods the binder binds before the measured runs, to warm up the API server and etcd (not reported; 0: none)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the scheduling part of one run")
 	flag.StringVar(&modes, "modes", modeStream, "modes to run, comma-separated: stream, backlog, chaos")
@@ -105,6 +143,9 @@ func main() {
 	flag.BoolVar(&o.dumpMetrics, "dump-metrics", false, "print each shard's shardsched_* metrics to stderr when its run ends")
 	flag.Parse()
 	if err := o.parse(modes, systems); err != nil {
+		fail(2, err)
+	}
+	if err := o.loadWorkload(workload, tier, seed); err != nil {
 		fail(2, err)
 	}
 	if *cpuprofile != "" {
@@ -175,6 +216,35 @@ func (o *options) parse(modes, systems string) error {
 	return nil
 }
 
+// loadWorkload reads -workload and takes its jobs for -tier and -seed; it
+// sets the node shape either way.
+func (o *options) loadWorkload(path, tier string, seed uint64) error {
+	o.shape = uniformShape()
+	switch {
+	case path == "" && tier != "":
+		return fmt.Errorf("-tier=%s: needs -workload", tier)
+	case path == "":
+		return nil
+	case tier == "":
+		return fmt.Errorf("-workload=%s: needs -tier", path)
+	case slices.Contains(o.modes, modeChaos):
+		return errors.New("-workload: not with -modes chaos, whose pods are its own")
+	}
+	w, err := sim.LoadWorkload(path)
+	if err != nil {
+		return fmt.Errorf("-workload: %w", err)
+	}
+	b, err := newBenchWorkload(path, w, tier, seed, o.pods, o.nodes)
+	if err != nil {
+		return err
+	}
+	if o.warmup > 0 && int64(o.warmup)*1000 > int64(o.nodes)*b.shape().cpu*1000*maxFillPercent/100 {
+		return fmt.Errorf("-warmup=%d: its 1-CPU pods would take more than %d %% of -nodes=%d × %d CPU", o.warmup, maxFillPercent, o.nodes, b.shape().cpu)
+	}
+	o.workload, o.shape = b, b.shape()
+	return nil
+}
+
 func fail(code int, err error) {
 	fmt.Fprintln(os.Stderr, "realbench:", err)
 	os.Exit(code)
@@ -213,8 +283,14 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	if err := cluster.CreateFakeNodes(ctx, cs, "bench-node", o.nodes, "64", "256Gi", 5*time.Minute); err != nil {
+	if err := cluster.CreateNodes(ctx, cs, o.shape.nodes("bench-node", o.nodes), 5*time.Minute); err != nil {
 		return err
+	}
+	if o.workload != nil {
+		fmt.Fprintf(os.Stderr, "creating the %d queues of workload %s...\n", len(o.workload.queues), o.workload.w.Name)
+		if err := createQueues(ctx, rc, queueObjects(o.workload.queues)); err != nil {
+			return err
+		}
 	}
 	coordEtcd, err := cluster.StartEtcd(cluster.EtcdOptions{LogLevel: "fatal"})
 	if err != nil {
@@ -226,7 +302,7 @@ func run(o options) error {
 	if o.warmup > 0 {
 		fmt.Fprintf(os.Stderr, "warming up: the binder binds %d pods...\n", o.warmup)
 		w := o
-		w.pods, w.groups = o.warmup, min(o.groups, o.warmup)
+		w.pods, w.groups, w.workload = o.warmup, min(o.groups, o.warmup), nil // identical pods
 		binder, err := parseSystem("binder")
 		if err != nil {
 			return err
@@ -252,7 +328,7 @@ func run(o options) error {
 			continue
 		}
 		for _, sys := range o.systems {
-			fmt.Fprintf(os.Stderr, "running %s, %s mode: %d pods...\n", sys.name, mode, o.pods)
+			fmt.Fprintf(os.Stderr, "running %s, %s mode: %d pods%s...\n", sys.name, mode, o.pods, o.workloadNote())
 			r, err := runOne(ctx, o, env, mode, sys, len(results)+len(chaosRuns)+1)
 			if err != nil {
 				return fmt.Errorf("%s, %s mode: %w", sys.name, mode, err)
@@ -275,6 +351,29 @@ func run(o options) error {
 	for _, r := range chaosRuns {
 		if r.Failed() {
 			return fmt.Errorf("%s broke an invariant: %v", r.Name, r.Invariants)
+		}
+	}
+	return nil
+}
+
+// workloadNote is " of churn/100k (812 jobs)" with a workload, else "".
+func (o options) workloadNote() string {
+	if o.workload == nil {
+		return ""
+	}
+	return fmt.Sprintf(" of %s (%d jobs)", o.workload.label(), len(o.workload.jobs))
+}
+
+// createQueues creates the workload's Volcano Queues, parents first (the
+// order of sim.QueueSpecs).
+func createQueues(ctx context.Context, rc *rest.Config, queues []*schedv1beta1.Queue) error {
+	vc, err := volcano.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	for _, q := range queues {
+		if _, err := vc.SchedulingV1beta1().Queues().Create(ctx, q, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create queue %s: %w", q.Name, err)
 		}
 	}
 	return nil

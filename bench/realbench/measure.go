@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -93,7 +92,11 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		schedName: fmt.Sprintf("bench-%s-%s", mode, sys.name),
 		pods:      o.pods,
 	}
-	if err := createNamespace(ctx, env, run, o.groups); err != nil {
+	plan, err := o.plan(run)
+	if err != nil {
+		return result{}, err
+	}
+	if err := createNamespace(ctx, env, run, plan.groups); err != nil {
 		return result{}, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
@@ -128,13 +131,13 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 			return result{}, err
 		}
 		cpu0, harness0, start = inst.cpu(), processCPU(), time.Now()
-		createDur, err := createPods(rctx, env.cs, o, run, w)
+		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
 		if err != nil {
 			return result{}, err
 		}
 		r.createPerSec = float64(o.pods) / createDur.Seconds()
 	case modeBacklog:
-		createDur, err := createPods(rctx, env.cs, o, run, w)
+		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
 		if err != nil {
 			return result{}, err
 		}
@@ -148,7 +151,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 			return result{}, err
 		}
 	}
-	err := waitFor(rctx, o.timeout, func() (bool, error) {
+	err = waitFor(rctx, o.timeout, func() (bool, error) {
 		_, bound := w.counts()
 		return bound >= o.pods, inst.check()
 	})
@@ -199,7 +202,9 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	return r, nil
 }
 
-func createNamespace(ctx context.Context, env *benchEnv, run runSpec, groups int) error {
+// createNamespace creates the run's namespace and its PodGroups (before
+// the clock starts).
+func createNamespace(ctx context.Context, env *benchEnv, run runSpec, groups []*schedv1beta1.PodGroup) error {
 	if _, err := env.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: run.namespace}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -207,49 +212,43 @@ func createNamespace(ctx context.Context, env *benchEnv, run runSpec, groups int
 	if err != nil {
 		return err
 	}
-	for g := 0; g < groups; g++ {
-		pg := &schedv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", g), Namespace: run.namespace},
-			Spec: schedv1beta1.PodGroupSpec{MinMember: 1, Queue: "default"}}
+	for _, pg := range groups {
 		if _, err := vc.SchedulingV1beta1().PodGroups(run.namespace).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
-			return err
+			return fmt.Errorf("create PodGroup %s: %w", pg.Name, err)
 		}
 	}
 	return nil
 }
 
-// createPods creates the run's pods with o.creators workers, recording
-// when each create call was made, and returns how long it took.
-func createPods(ctx context.Context, cs kubernetes.Interface, o options, run runSpec, w *bindWatch) (time.Duration, error) {
-	cpu, mem := resource.MustParse("1"), resource.MustParse("2Gi")
+// createPods creates the plan's pods with creators workers, each taking
+// the next unit (one pod, or every pod of a workload's job) and creating
+// its pods one after the other, recording when each create call was made.
+// It returns how long it took.
+func createPods(ctx context.Context, cs kubernetes.Interface, creators int, plan podPlan, run runSpec, w *bindWatch) (time.Duration, error) {
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make([]error, o.creators)
-	for c := 0; c < o.creators; c++ {
+	errs := make([]error, creators)
+	for c := 0; c < creators; c++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				i := int(next.Add(1)) - 1
-				if i >= o.pods {
+				u := int(next.Add(1)) - 1
+				if u >= len(plan.units) {
 					return
 				}
-				p := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d", i), Namespace: run.namespace,
-						Annotations: map[string]string{"scheduling.k8s.io/group-name": fmt.Sprintf("job-%d", i%o.groups)}},
-					Spec: corev1.PodSpec{SchedulerName: run.schedName, Containers: []corev1.Container{{Name: "c", Image: "busybox",
-						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-							corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}}}}},
+				for _, p := range plan.units[u] {
+					t0 := time.Now()
+					out, err := cs.CoreV1().Pods(run.namespace).Create(ctx, p, metav1.CreateOptions{})
+					if err != nil {
+						errs[c] = fmt.Errorf("create pod %s: %w", p.Name, err)
+						return
+					}
+					w.mu.Lock()
+					w.created[out.UID] = t0
+					w.mu.Unlock()
 				}
-				t0 := time.Now()
-				out, err := cs.CoreV1().Pods(run.namespace).Create(ctx, p, metav1.CreateOptions{})
-				if err != nil {
-					errs[c] = fmt.Errorf("create pod %s: %w", p.Name, err)
-					return
-				}
-				w.mu.Lock()
-				w.created[out.UID] = t0
-				w.mu.Unlock()
 			}
 		}()
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/internal/cluster"
 )
@@ -21,8 +22,13 @@ const (
 // printTables writes one Markdown table per mode; ratios are against the
 // first system of the mode.
 func printTables(w io.Writer, o options, results []result) {
-	fmt.Fprintf(w, "realbench: %d kwok nodes × 64 CPU, %d pods of 1 CPU / 2Gi per run, %d creators, %d PodGroups\n",
-		o.nodes, o.pods, o.creators, o.groups)
+	if b := o.workload; b != nil {
+		fmt.Fprintf(w, "realbench: %d kwok nodes × %s, workload %s (%s, seed %d): %d pods in %d jobs per run, %d creators\n",
+			o.nodes, o.shape, b.label(), b.path, b.seed, o.pods, len(b.jobs), o.creators)
+	} else {
+		fmt.Fprintf(w, "realbench: %d kwok nodes × 64 CPU, %d pods of 1 CPU / 2Gi per run, %d creators, %d PodGroups\n",
+			o.nodes, o.pods, o.creators, o.groups)
+	}
 	for _, mode := range o.modes {
 		var rs []result
 		for _, r := range results {
@@ -108,9 +114,14 @@ func buildReport(o options, results []result, chaosRuns []report.Run, started ti
 			"kube-scheduler " + cluster.KubeVersion + ": one profile named after the run's schedulerName, leader election off, default plugins and percentageOfNodesToScore; kube-scheduler uses client QPS 50 / burst 100 (its defaults), kube-scheduler-qps 5000 / 5000.",
 		},
 	}
-	tier := fmt.Sprintf("%d nodes", o.nodes)
+	tier, label := fmt.Sprintf("%d nodes", o.nodes), ""
+	if b := o.workload; b != nil {
+		tier, label = fmt.Sprintf("%s %s, %d nodes", b.w.Name, b.tierName, o.nodes), b.label()
+		rep.Title += fmt.Sprintf(", workload %s (seed %d)", label, b.seed)
+		rep.Notes = append(rep.Notes, workloadNotes(o)...)
+	}
 	for _, r := range results {
-		rep.Runs = append(rep.Runs, toRun(r, tier))
+		rep.Runs = append(rep.Runs, toRun(r, tier, label))
 	}
 	rep.Targets = targets(results, rep.Runs)
 	for _, r := range chaosRuns {
@@ -149,13 +160,19 @@ func chaosTargets(r report.Run) []report.Target {
 	return []report.Target{lost, owners, thru}
 }
 
-func toRun(r result, tier string) report.Run {
+// toRun turns a result into a report.Run; label, when not empty, names the
+// workload and tier in the run's name ("stream/churn/100k/binder").
+func toRun(r result, tier, label string) report.Run {
 	system := r.sys.name
 	if r.sys.shards > 0 {
 		system = "shardsched"
 	}
+	name := r.mode + "/" + r.sys.name
+	if label != "" {
+		name = r.mode + "/" + label + "/" + r.sys.name
+	}
 	run := report.Run{
-		Name:              r.mode + "/" + r.sys.name,
+		Name:              name,
 		Mode:              "real",
 		Scenario:          r.mode,
 		Tier:              tier,
@@ -281,4 +298,31 @@ func binderRate(runs []report.Run, mode string) float64 {
 func writeReport(dir string, rep report.Report) error {
 	_, err := report.Write(dir, rep)
 	return err
+}
+
+// workloadNotes say how a workload's jobs were turned into a real run.
+func workloadNotes(o options) []string {
+	b := o.workload
+	var cpu, gpu int64
+	for _, j := range b.jobs {
+		cpu += j.CPU * int64(j.Size)
+		gpu += j.GPU * int64(j.Size)
+	}
+	notes := []string{
+		fmt.Sprintf("Workload %s (%s), tier %s, seed %d: the first %d jobs of its generator, the last cut to make %d pods. Each job is a PodGroup (minMember = its size, in its leaf queue, created with the run's namespace before the clock starts) and that many pods requesting the job's CPU, memory and GPUs, annotated with the PodGroup and the queue.",
+			b.w.Name, b.path, b.tierName, b.seed, len(b.jobs), o.pods),
+		"Arrival times and the tier's rate are ignored: in stream mode each creator takes the next whole job and creates its pods one after the other, as fast as the API server takes them; in backlog mode every pod exists before the scheduler starts.",
+		fmt.Sprintf("Lifetimes are ignored: kwok pods never finish, so nothing is freed during a run and every pod must fit at once; the pods request %s of the cluster's %s CPU (%.0f %%; realbench refuses more than %d %%).",
+			api.FormatQuantity(api.CPU, cpu), api.FormatQuantity(api.CPU, int64(o.nodes)*o.shape.cpu*1000), float64(cpu)/float64(int64(o.nodes)*o.shape.cpu*1000)*100, maxFillPercent),
+		fmt.Sprintf("Queues: the workload's tree (root → %d parents → %d leaves) as Volcano Queues, created once before the runs, with each parent's CPU capability and each leaf's deserved share as bench/sim computes them, but for the %d real nodes instead of the tier's %d.",
+			b.w.Queues.Parents, b.w.Queues.Parents*b.w.Queues.LeavesPerParent, o.nodes, b.tier.Nodes),
+		"Gangs and queues are honoured by shardsched only: kube-scheduler and the binder ignore PodGroups and queues and place pods one by one (the binder round-robin, skipping nodes it has filled), so their figures are for the same pods without gang or quota semantics.",
+	}
+	if o.shape.gpuNodes(o.nodes) > 0 {
+		notes = append(notes, fmt.Sprintf("Nodes: %s (%d of the %d nodes have GPUs); the pods of GPU jobs ask for %s, %d in all.",
+			o.shape, o.shape.gpuNodes(o.nodes), o.nodes, gpuResource, gpu))
+	} else {
+		notes = append(notes, fmt.Sprintf("Nodes: %s; the workload's nodes have no GPUs, so no pod asks for one.", o.shape))
+	}
+	return notes
 }

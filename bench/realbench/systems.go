@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,8 +20,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/daemon"
+	"github.com/shardsched/shardsched/internal/kube"
 	"github.com/shardsched/shardsched/scheduler"
 	"github.com/shardsched/shardsched/shard"
 	"github.com/shardsched/shardsched/status"
@@ -141,7 +142,10 @@ func inProcess(ctx context.Context, body func(ctx context.Context, wg *sync.Wait
 }
 
 // binderSystem is the no-logic baseline: every pending pod of the run is
-// bound to the next node, round-robin, by workers workers.
+// bound to the next node, round-robin, by workers workers. It keeps a tally
+// of what it bound to each node and skips a node the pod no longer fits
+// (so that workload pods of up to a node's size do not double-book it); it
+// ignores PodGroups and queues. A pod that fits no node is left unbound.
 type binderSystem struct{ workers int }
 
 func (b binderSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*instance, error) {
@@ -149,17 +153,18 @@ func (b binderSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*i
 	if err != nil {
 		return nil, err
 	}
-	if len(nodes.Items) == 0 {
-		return nil, errors.New("binder: no nodes")
+	placer, err := newRRPlacer(nodes.Items)
+	if err != nil {
+		return nil, fmt.Errorf("binder: %w", err)
 	}
 	inst, _ := inProcess(ctx, func(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
-		go func() { defer wg.Done(); runBinder(ctx, env.cs, nodes.Items, run, b.workers) }()
+		go func() { defer wg.Done(); runBinder(ctx, env.cs, placer, run, b.workers) }()
 	})
 	return inst, nil
 }
 
-func runBinder(ctx context.Context, cs kubernetes.Interface, nodes []corev1.Node, run runSpec, workers int) {
+func runBinder(ctx context.Context, cs kubernetes.Interface, placer *rrPlacer, run runSpec, workers int) {
 	queue := make(chan *corev1.Pod, run.pods)
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(run.namespace))
 	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
@@ -172,7 +177,6 @@ func runBinder(ctx context.Context, cs kubernetes.Interface, nodes []corev1.Node
 	}})
 	f.Start(ctx.Done())
 	defer f.Shutdown()
-	var rr atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -183,7 +187,14 @@ func runBinder(ctx context.Context, cs kubernetes.Interface, nodes []corev1.Node
 				case <-ctx.Done():
 					return
 				case p := <-queue:
-					node := nodes[int(rr.Add(1))%len(nodes)].Name
+					req, err := kube.PodRequest(p)
+					if err != nil {
+						continue
+					}
+					node, ok := placer.place(req)
+					if !ok {
+						continue
+					}
 					_ = cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
 						ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
 						Target:     corev1.ObjectReference{Kind: "Node", Name: node}}, metav1.CreateOptions{})
@@ -192,6 +203,53 @@ func runBinder(ctx context.Context, cs kubernetes.Interface, nodes []corev1.Node
 		}()
 	}
 	wg.Wait()
+}
+
+// rrPlacer hands out nodes round-robin, skipping the nodes whose free
+// resources (allocatable less what it handed out) the request does not fit.
+// Safe for concurrent use.
+type rrPlacer struct {
+	mu    sync.Mutex
+	names []string       // guarded by mu, like the fields below; never changes
+	free  []api.Resource // free[i] is names[i]'s
+	next  int            // index tried first
+}
+
+func newRRPlacer(nodes []corev1.Node) (*rrPlacer, error) {
+	if len(nodes) == 0 {
+		return nil, errors.New("no nodes")
+	}
+	p := &rrPlacer{next: 1 % len(nodes)}
+	for i := range nodes {
+		n, err := kube.NodeFromNode(&nodes[i])
+		if err != nil {
+			return nil, err
+		}
+		p.names = append(p.names, n.Name)
+		p.free = append(p.free, n.Allocatable)
+	}
+	return p, nil
+}
+
+// place takes req from the first node, from the round-robin cursor on,
+// that fits it; false when none does.
+func (p *rrPlacer) place(req api.Resource) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.names)
+	for k := 0; k < n; k++ {
+		i := (p.next + k) % n
+		if !req.Fits(p.free[i]) {
+			continue
+		}
+		free, err := p.free[i].Sub(req)
+		if err != nil {
+			continue
+		}
+		p.free[i], p.next = free, (i+1)%n
+		return p.names[i], true
+	}
+	return "", false
 }
 
 // shardschedSystem runs shards daemons in this process, each with its own

@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	runtime.GC()
 	rss0 := rssMiB()
 
-	specs := queueSpecs(w, tier)
+	specs := QueueSpecs(w, tier)
 	tree, err := api.BuildTree(specs)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("queue tree: %w", err)
@@ -151,9 +151,11 @@ type sim struct {
 	seed   string // gossip address of a live shard
 }
 
-// queueSpecs builds root → parents → leaves: each parent may hold a
-// fraction of the cluster's CPU; each leaf deserves its weight's share.
-func queueSpecs(w *Workload, t Tier) []api.QueueSpec {
+// QueueSpecs builds root → parents → leaves for a cluster of t.Nodes nodes
+// of the workload's shape: each parent may hold a fraction of the cluster's
+// CPU; each leaf deserves its weight's share. Only t.Nodes is read, so a
+// caller whose cluster differs from the tier's may set it.
+func QueueSpecs(w *Workload, t Tier) []api.QueueSpec {
 	total := int64(t.Nodes) * w.Node.CPU * 1000
 	var out []api.QueueSpec
 	leaves := w.Leaves()

@@ -120,7 +120,7 @@ func TestFairSharesWaterFill(t *testing.T) {
 func newTestCluster(t *testing.T, nodes int) (*Cluster, *Workload) {
 	t.Helper()
 	w := loadChurn(t)
-	tree, err := api.BuildTree(queueSpecs(w, Tier{Nodes: nodes}))
+	tree, err := api.BuildTree(QueueSpecs(w, Tier{Nodes: nodes}))
 	if err != nil {
 		t.Fatal(err)
 	}

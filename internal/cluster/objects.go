@@ -137,23 +137,39 @@ func FakeNode(name string, cpu, memory string, labels map[string]string) *corev1
 // CreateFakeNodes creates n kwok nodes named prefix-0 … prefix-(n-1) with 8
 // concurrent writers, and waits until every one of them is Ready.
 func CreateFakeNodes(ctx context.Context, cs kubernetes.Interface, prefix string, n int, cpu, memory string, timeout time.Duration) error {
+	nodes := make([]*corev1.Node, n)
+	for i := range nodes {
+		nodes[i] = FakeNode(fmt.Sprintf("%s-%d", prefix, i), cpu, memory, nil)
+	}
+	return CreateNodes(ctx, cs, nodes, timeout)
+}
+
+// CreateNodes creates the given nodes (kwok nodes, see FakeNode, with
+// distinct names) with 8 concurrent writers, and waits until every one of
+// them is Ready. A node that already exists is left as it is.
+func CreateNodes(ctx context.Context, cs kubernetes.Interface, nodes []*corev1.Node, timeout time.Duration) error {
+	n := len(nodes)
 	errs := make(chan error, n)
 	sem := make(chan struct{}, 8)
-	for i := 0; i < n; i++ {
+	for _, node := range nodes {
 		sem <- struct{}{}
-		go func(i int) {
+		go func() {
 			defer func() { <-sem }()
-			_, err := cs.CoreV1().Nodes().Create(ctx, FakeNode(fmt.Sprintf("%s-%d", prefix, i), cpu, memory, nil), metav1.CreateOptions{})
+			_, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				err = nil
 			}
 			errs <- err
-		}(i)
+		}()
 	}
 	for i := 0; i < n; i++ {
 		if err := <-errs; err != nil {
 			return fmt.Errorf("create fake node: %w", err)
 		}
+	}
+	mine := make(map[string]bool, n)
+	for _, node := range nodes {
+		mine[node.Name] = true
 	}
 	deadline := time.Now().Add(timeout)
 	for {
@@ -162,10 +178,6 @@ func CreateFakeNodes(ctx context.Context, cs kubernetes.Interface, prefix string
 			return err
 		}
 		ready := 0
-		mine := make(map[string]bool, n)
-		for i := 0; i < n; i++ {
-			mine[fmt.Sprintf("%s-%d", prefix, i)] = true
-		}
 		for _, node := range list.Items {
 			if !mine[node.Name] {
 				continue
