@@ -88,8 +88,8 @@ func TestOneCyclePlacesJobsOnDistinctNodes(t *testing.T) {
 }
 
 // A gang that does not fit for longer than StarveAfter gets nodes held for
-// it: younger jobs stop landing there, the held nodes drain, and the gang
-// binds; the hold then ends.
+// it: younger jobs stop landing there even where bin-packing would put
+// them; once the gang is placed the hold ends.
 func TestStarvingGangGetsNodesHeld(t *testing.T) {
 	r := newRig(t, "shard-o")
 	for _, n := range []string{"n1", "n2", "n3", "n4"} {
@@ -118,7 +118,15 @@ func TestStarvingGangGetsNodesHeld(t *testing.T) {
 		t.Fatalf("no hold of two nodes for the starving gang: %+v", r.s.held)
 	}
 	held := r.s.held.nodes
-	// A younger 2-CPU job fits anywhere, but must not land on a held node.
+	// The pods on the other nodes shrink to 3 CPU (5 free: not enough for a
+	// gang task): bin-packing alone would now put a younger 2-CPU job on a
+	// held node (the fullest); the hold must not let it.
+	for i, n := range []string{"n1", "n2", "n3", "n4"} {
+		if !held[n] {
+			r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: fmt.Sprintf("old-%d", i), UID: fmt.Sprintf("old-%d", i), Job: "old",
+				NodeName: n, Phase: api.TaskRunning, Request: api.NewResource(3000, gi, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+		}
+	}
 	job("small", 1, 2)
 	r.cycles(t, 2)
 	b := r.binder.Binds()

@@ -71,8 +71,11 @@ type handoff struct {
 	offers  map[string]sentOffer            // job UID → the offer this shard made
 	refused map[string]map[string]time.Time // job UID → shard → when it refused (or gave up) the job
 	stuck   map[string]time.Time            // job UID → since when a claimed job does not fit here
-	capAt   time.Time                       // last capacity publication
-	lastCap shard.Capacity
+	// dropping are claims this shard gave up while binds under them were
+	// in flight (ErrClaimInUse): the drop is tried again every cycle.
+	dropping map[string]shard.Claim
+	capAt    time.Time // last capacity publication
+	lastCap  shard.Capacity
 }
 
 type sentOffer struct {
@@ -82,7 +85,8 @@ type sentOffer struct {
 }
 
 func newHandoff() handoff {
-	return handoff{offers: map[string]sentOffer{}, refused: map[string]map[string]time.Time{}, stuck: map[string]time.Time{}}
+	return handoff{offers: map[string]sentOffer{}, refused: map[string]map[string]time.Time{}, stuck: map[string]time.Time{},
+		dropping: map[string]shard.Claim{}}
 }
 
 // handoffOn reports whether jobs may move between shards.
@@ -243,6 +247,14 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 	if !s.handoffOn() {
 		return
 	}
+	for uid, c := range s.ho.dropping {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		err := s.deps.Claims.Drop(cctx, uid, c.Rev)
+		cancel()
+		if !errors.Is(err, shard.ErrClaimInUse) {
+			delete(s.ho.dropping, uid) // dropped, or the record changed or went
+		}
+	}
 	me := s.deps.Peers.Name()
 	var mine []shard.Claim
 	for _, c := range s.deps.Claims.List() {
@@ -258,6 +270,15 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 		byUID[j.UID] = j
 	}
 	nodes := s.snap.Nodes()
+	if s.held != nil { // nodes held for a starving gang take no other job
+		var free []*api.NodeBooks
+		for _, b := range nodes {
+			if !s.held.nodes[b.Node.Name] {
+				free = append(free, b)
+			}
+		}
+		nodes = free
+	}
 	for _, c := range mine {
 		j := byUID[c.Job]
 		if c.State == shard.Claimed {
@@ -343,6 +364,11 @@ func (s *Scheduler) dropClaim(ctx context.Context, c shard.Claim, why string) bo
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	err := s.deps.Claims.Drop(cctx, c.Job, c.Rev)
 	cancel()
+	if errors.Is(err, shard.ErrClaimInUse) {
+		// No new bind starts under it; finish the drop once they end.
+		s.ho.dropping[c.Job] = c
+		return true
+	}
 	if err != nil {
 		s.log.Debug("claim record not dropped", "job uid", c.Job, "why", why, "err", err)
 		return false
@@ -503,7 +529,7 @@ const gpuResource = "nvidia.com/gpu"
 func (s *Scheduler) capacity() shard.Capacity {
 	var c shard.Capacity
 	for _, b := range s.snap.Nodes() {
-		if b.OutOfSync || b.Node.Unschedulable {
+		if b.OutOfSync || b.Node.Unschedulable || (s.held != nil && s.held.nodes[b.Node.Name]) {
 			continue
 		}
 		idle := b.Idle()

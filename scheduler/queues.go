@@ -107,7 +107,7 @@ func (s *Scheduler) writeStatus(jobs []*api.Job) {
 		switch {
 		case sum.Bound >= int(max(j.MinMember, 1)):
 			st.Running++
-		case adm:
+		case adm || j.Phase == api.JobInqueue: // admitted here, or by the owner of a child queue
 			st.Inqueue++
 		case sum.Pending > 0 || j.Phase == api.JobPending:
 			st.Pending++

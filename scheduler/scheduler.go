@@ -179,6 +179,8 @@ type Scheduler struct {
 	hist histograms
 	ho   handoff // loop only
 	held *hold   // loop only: nodes held for a starving gang
+	// heldBefore is when each gang was last given a hold (loop only).
+	heldBefore map[string]time.Time
 
 	mu        sync.Mutex                 // guards the fields below
 	tree      *api.Tree                  // queue hierarchy (SetTree); nil until known
@@ -247,7 +249,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Now().UnixNano()))),
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
-		groupOps: map[string]time.Time{}, summaries: map[string]cache.JobSummary{},
+		groupOps: map[string]time.Time{}, summaries: map[string]cache.JobSummary{}, heldBefore: map[string]time.Time{},
 		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{}, statusOf: map[string]bool{}, quotaWait: map[string]quotaBackoff{}, queueStat: map[string]api.QueueStatus{},
 		binding: map[string]int{}, ho: newHandoff(),
@@ -454,7 +456,11 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			wait, waiting := s.quotaWait[j.UID]
 			s.mu.Unlock()
 			if waiting && now.Before(wait.until) {
-				continue // refused for quota a moment ago
+				// Refused a moment ago: the jobs behind it in this queue
+				// (same or lower priority, younger) wait too, so a big
+				// gang is not starved by smaller ones taking the quota
+				// it waits for (strict FIFO within a queue).
+				break
 			}
 			if done || j.Phase == api.JobCompleted {
 				continue
@@ -470,9 +476,14 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			work = append(work, reqs)
 		}
 	}
+	// Queues go in parallel (the client batches their calls), so within one
+	// cycle the fair-share order between queues is approximate; it holds
+	// across cycles. A queue stops at its first job that is not admitted.
 	parallel(work, s.cfg.AdmitParallelism, func(reqs []admitReq) {
 		for _, r := range reqs {
-			s.reserve(ctx, r)
+			if !s.reserve(ctx, r) {
+				return
+			}
 		}
 	})
 }
@@ -484,8 +495,9 @@ type admitReq struct {
 }
 
 // reserve asks the coordinator for one job's reservation and records the
-// answer. Called concurrently by admit's workers.
-func (s *Scheduler) reserve(ctx context.Context, r admitReq) {
+// answer; it reports whether the job was admitted. Called concurrently by
+// admit's workers.
+func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 	j := r.job
 	actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
 		attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
@@ -513,14 +525,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) {
 		}
 	case errors.As(err, &qe):
 		s.stats.quotaWaits.Add(1)
-		// Ask again after a backoff that doubles from 50 ms to 2 s: a
-		// refused job is not retried every cycle (50 times a second).
-		s.mu.Lock()
-		w := s.quotaWait[j.UID]
-		w.delay = min(max(2*w.delay, 50*time.Millisecond), 2*time.Second)
-		w.until = s.cfg.Now().Add(w.delay)
-		s.quotaWait[j.UID] = w
-		s.mu.Unlock()
+		s.waitForQuota(j.UID)
 		msg := fmt.Sprintf("waiting for quota: %v", qe)
 		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
 			Type: "Unschedulable", Status: "True", Reason: "QueueQuotaExceeded", Message: msg}}})
@@ -528,6 +533,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) {
 			s.deps.Recorder.Unschedulable(j, msg)
 		}
 	case errors.Is(err, coordinator.ErrInvalid):
+		s.waitForQuota(j.UID)
 		msg := fmt.Sprintf("cannot be admitted: %v", err)
 		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
 			Type: "Unschedulable", Status: "True", Reason: "InvalidQueue", Message: msg}}})
@@ -535,8 +541,23 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) {
 			s.deps.Recorder.Unschedulable(j, msg)
 		}
 	default:
+		// The coordinator is unreachable or failing over: the rest of
+		// the queue would wait CallTimeout each for the same answer.
+		s.waitForQuota(j.UID)
 		s.log.Warn("reserve failed", "job", j.Key(), "err", err)
 	}
+	return err == nil
+}
+
+// waitForQuota makes a job that was not admitted wait before it is asked
+// for again, 50 ms doubling to 2 s, not on every cycle (50 times a second).
+func (s *Scheduler) waitForQuota(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.quotaWait[uid]
+	w.delay = min(max(2*w.delay, 50*time.Millisecond), 2*time.Second)
+	w.until = s.cfg.Now().Add(w.delay)
+	s.quotaWait[uid] = w
 }
 
 // gangAmount is what a job reserves: minResources, or the sum of its first
@@ -586,16 +607,19 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created))
 	})
 	live := make(map[string]bool, len(jobs))
-	placedJobs := map[string]bool{}
+	placedJobs, mine := map[string]bool{}, map[string]bool{}
 	for _, j := range jobs {
 		live[j.UID] = true
 	}
-	defer func() { s.endHold(placedJobs, live) }()
+	defer func() { s.endHold(placedJobs, mine, live) }()
 	var unheld []*api.NodeBooks // nodes minus the held ones, computed once
 	for _, j := range jobs {
 		role := s.roleOf(ctx, j)
 		if role == notMine {
 			continue
+		}
+		if role == asOwner || role == asClaimer {
+			mine[j.UID] = true
 		}
 		pending, bound, _ := s.jobTasks(j)
 		if role == placedElsewhere {
@@ -644,7 +668,9 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			if role == asOwner && s.offer(ctx, j, ready[:need]) {
 				continue
 			}
-			s.maybeHold(j, ready, need, nodes)
+			if role == asOwner {
+				s.maybeHold(j, ready, need, nodes)
+			}
 			if role == asClaimer {
 				s.claimStuck(ctx, j)
 				continue
@@ -693,7 +719,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		}
 		placedJobs[j.UID] = true
 		req := s.placed(j, role)
-		for _, t := range assumed {
+		for i, t := range assumed {
 			node := res.Assignments[t.UID]
 			s.mu.Lock()
 			s.inflight[t.UID] = node
@@ -703,6 +729,17 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			select {
 			case s.binds <- req:
 			case <-ctx.Done():
+				// Stopping: undo what will never be sent (only task i
+				// was counted in flight so far).
+				s.mu.Lock()
+				delete(s.inflight, t.UID)
+				if s.binding[j.UID]--; s.binding[j.UID] <= 0 {
+					delete(s.binding, j.UID)
+				}
+				s.mu.Unlock()
+				for _, u := range assumed[i:] {
+					s.deps.Cache.Forget(u.UID)
+				}
 				return
 			}
 		}
