@@ -72,7 +72,9 @@ type Shard struct {
 
 	results chan func() // action results, applied by the loop
 	kick    chan struct{}
-	stopped chan struct{}
+	// metaChanged wakes the one goroutine that re-gossips the metadata.
+	metaChanged chan struct{}
+	stopped     chan struct{}
 }
 
 // New validates cfg, opens an etcd session, claims the shard name in etcd
@@ -89,7 +91,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Shard, error) 
 	}
 	s := &Shard{
 		cfg: cfg, cli: cli, log: cfg.Logger.With("shard", cfg.Name),
-		events: make(chan struct{}, 1), results: make(chan func(), 1024), kick: make(chan struct{}, 1),
+		events: make(chan struct{}, 1), results: make(chan func(), 1024), kick: make(chan struct{}, 1), metaChanged: make(chan struct{}, 1),
 		stopped: make(chan struct{}),
 		meta:    Meta{ID: cfg.Name, API: cfg.APIAddr},
 	}
@@ -148,24 +150,32 @@ func (s *Shard) ownPrefix() string            { return s.cfg.EtcdPrefix + "/own/
 // over rather than reported as a duplicate.
 func (s *Shard) claimName(ctx context.Context, sess *concurrency.Session, prev clientv3.LeaseID) error {
 	key := s.memberKey(s.cfg.Name)
-	val := strconv.FormatInt(int64(sess.Lease()), 16)
+	put := clientv3.OpPut(key, strconv.FormatInt(int64(sess.Lease()), 16), clientv3.WithLease(sess.Lease()))
+	var orElse []clientv3.Op
+	if prev != 0 {
+		// One Txn: free, or still held by our previous lease.
+		orElse = []clientv3.Op{clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", strconv.FormatInt(int64(prev), 16))},
+			[]clientv3.Op{put}, nil)}
+	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, val, clientv3.WithLease(sess.Lease()))).
+		Then(put).
+		Else(orElse...).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd unreachable (endpoints %v): %w", s.cli.Endpoints(), err)
 	}
-	if !resp.Succeeded && prev != 0 {
-		resp, err = s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Value(key), "=", strconv.FormatInt(int64(prev), 16))).
-			Then(clientv3.OpPut(key, val, clientv3.WithLease(sess.Lease()))).
-			Commit()
-		if err != nil {
-			return fmt.Errorf("etcd unreachable (endpoints %v): %w", s.cli.Endpoints(), err)
+	ok := resp.Succeeded
+	if !ok && prev != 0 && len(resp.Responses) == 1 {
+		ok = resp.Responses[0].GetResponseTxn().GetSucceeded()
+		if ok {
+			// The old lease's records (ownership) would block acquires
+			// until it expires: revoke it now.
+			_, _ = s.cli.Revoke(ctx, prev)
 		}
 	}
-	if !resp.Succeeded {
+	if !ok {
 		return fmt.Errorf("duplicate shard name %q: another live shard holds %s", s.cfg.Name, key)
 	}
 	return nil
@@ -232,6 +242,7 @@ func (s *Shard) Run(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s.joinLoop(wctx)
+	go s.gossipMeta(wctx)
 	watchc := s.watchRecords(wctx)
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
@@ -317,7 +328,23 @@ func (s *Shard) SetCapacity(c Capacity) {
 	s.metaMu.Lock()
 	s.meta.Capacity = c
 	s.metaMu.Unlock()
-	go func() { _ = s.ml.UpdateNode(time.Second) }()
+	select {
+	case s.metaChanged <- struct{}{}:
+	default: // an update is already due; it will read the latest
+	}
+}
+
+// gossipMeta pushes metadata changes one at a time (concurrent UpdateNode
+// calls could publish an older capacity under a newer incarnation).
+func (s *Shard) gossipMeta(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.metaChanged:
+			_ = s.ml.UpdateNode(time.Second)
+		}
+	}
 }
 
 // Members returns the metadata of every live member, sorted by ID.
