@@ -87,11 +87,11 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 			if dim == api.Pods {
 				continue
 			}
-			ch <- prometheus.MustNewConstMetric(c.allocated, prometheus.GaugeValue, unit(dim, st.Allocated.Get(dim)), q, dim)
+			sendConst(ch, c.allocated, prometheus.GaugeValue, unit(dim, st.Allocated.Get(dim)), q, dim)
 		}
-		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(st.Pending), q, "pending")
-		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(st.Inqueue), q, "inqueue")
-		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(st.Running), q, "running")
+		sendConst(ch, c.jobs, prometheus.GaugeValue, float64(st.Pending), q, "pending")
+		sendConst(ch, c.jobs, prometheus.GaugeValue, float64(st.Inqueue), q, "inqueue")
+		sendConst(ch, c.jobs, prometheus.GaugeValue, float64(st.Running), q, "running")
 		if tree == nil {
 			continue
 		}
@@ -101,10 +101,10 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, dim := range spec.Capability.Dims() {
 			v, _ := spec.Capability.Get(dim)
-			ch <- prometheus.MustNewConstMetric(c.capability, prometheus.GaugeValue, unit(dim, v), q, dim)
+			sendConst(ch, c.capability, prometheus.GaugeValue, unit(dim, v), q, dim)
 		}
 		for _, dim := range spec.Deserved.Dims() {
-			ch <- prometheus.MustNewConstMetric(c.deserved, prometheus.GaugeValue, unit(dim, spec.Deserved.Get(dim)), q, dim)
+			sendConst(ch, c.deserved, prometheus.GaugeValue, unit(dim, spec.Deserved.Get(dim)), q, dim)
 		}
 	}
 }
@@ -134,4 +134,13 @@ func (d *Daemon) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
+}
+
+// sendConst sends one sample to Collect's channel; a sample that cannot be
+// built (it never happens with these fixed descriptors) is left out rather
+// than failing the scrape.
+func sendConst(ch chan<- prometheus.Metric, desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	if m, err := prometheus.NewConstMetric(desc, t, v, labels...); err == nil {
+		ch <- m
+	}
 }
