@@ -21,7 +21,12 @@ import (
 // invariants on every write. Safe for concurrent use.
 type Cluster struct {
 	start time.Time
-	now   atomic.Int64 // virtual clock, ns since start
+	now   atomic.Int64 // virtual clock at the start of the step, ns since start
+	// stepWall, when not 0, is the wall time (Unix ns) the current step
+	// started: the virtual clock then runs with the wall clock during the
+	// step, so the time a step's cycles and binds take is charged to the
+	// pods they bind.
+	stepWall atomic.Int64
 
 	mu       sync.Mutex
 	caches   []*cache.Cache
@@ -29,7 +34,8 @@ type Cluster struct {
 	nodeList []string // creation order
 	pods     map[string]*simPod
 	jobs     map[string]*simJob
-	ends     endHeap // bound pods by end time
+	byName   map[string]*simJob // jobs by PodGroup name
+	ends     endHeap            // bound pods by end time
 	uid      int64
 	gpuEvery int
 	// queue paths (leaf first) and capabilities, for the quota invariant
@@ -86,7 +92,7 @@ type simJob struct {
 // NewCluster returns a cluster with n nodes of the workload's shape.
 func NewCluster(w *Workload, n int, tree *api.Tree) (*Cluster, error) {
 	c := &Cluster{start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nodes: map[string]*simNode{}, pods: map[string]*simPod{},
-		jobs: map[string]*simJob{}, paths: map[string][]string{}, caps: map[string]api.Limit{}, used: map[string]api.Resource{},
+		jobs: map[string]*simJob{}, byName: map[string]*simJob{}, paths: map[string][]string{}, caps: map[string]api.Limit{}, used: map[string]api.Resource{},
 		pendingCPU: map[string]int64{}, queueWriters: map[string]map[string]bool{}, gpuEvery: w.Node.GPUEvery}
 	for _, spec := range tree.Specs() {
 		p, err := tree.Path(spec.Name)
@@ -101,10 +107,21 @@ func NewCluster(w *Workload, n int, tree *api.Tree) (*Cluster, error) {
 }
 
 // Now is the virtual clock.
-func (c *Cluster) Now() time.Time { return c.start.Add(time.Duration(c.now.Load())) }
+func (c *Cluster) Now() time.Time { return c.start.Add(c.Elapsed()) }
 
 // Elapsed is the virtual time since the start.
-func (c *Cluster) Elapsed() time.Duration { return time.Duration(c.now.Load()) }
+func (c *Cluster) Elapsed() time.Duration {
+	d := time.Duration(c.now.Load())
+	if w := c.stepWall.Load(); w != 0 {
+		d += max(time.Since(time.Unix(0, w)), 0)
+	}
+	return d
+}
+
+// runClock lets the virtual clock run with the wall clock from wall on;
+// freezeClock stops it (until the next setElapsed).
+func (c *Cluster) runClock(wall time.Time) { c.stepWall.Store(wall.UnixNano()) }
+func (c *Cluster) freezeClock()            { c.stepWall.Store(0) }
 
 func (c *Cluster) setElapsed(d time.Duration) { c.now.Store(int64(d)) }
 
@@ -181,6 +198,7 @@ func (c *Cluster) Submit(js JobSpec, schedulerName string) {
 	j := &simJob{j: api.Job{Namespace: "bench", Name: name, UID: c.nextUID("pg"), Queue: js.Queue, MinMember: int32(js.Size),
 		Phase: api.JobPending, Created: now}, pods: map[string]*simPod{}, size: js.Size, spec: js, writers: map[string]bool{}}
 	c.jobs[j.j.UID] = j
+	c.byName[j.j.Name] = j
 	for _, ca := range c.caches {
 		ca.AddOrUpdateJob(j.j)
 	}
@@ -212,10 +230,10 @@ var errBind = errors.New("bind refused")
 // Bind binds a pod like the pods/binding subresource: the pod must exist
 // with that UID and not be bound yet; the node must exist. Like the API
 // server it does not check capacity: an overcommitted node is counted as a
-// double-booked node (an invariant). shard names the binding shard and
-// holds reports whether it holds the node's partition at the moment of the
-// bind (fencing).
-func (c *Cluster) Bind(t *api.Task, node, shard string, holds bool) error {
+// double-booked node (an invariant). shard names the binding shard; fenced
+// is false when another live shard held the node's partition at the moment
+// of the bind (two holders: a fencing failure).
+func (c *Cluster) Bind(t *api.Task, node, shard string, fenced bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p, ok := c.pods[t.UID]
@@ -224,7 +242,10 @@ func (c *Cluster) Bind(t *api.Task, node, shard string, holds bool) error {
 		return fmt.Errorf("%w: pod %s (uid %s) not found", errBind, t.Key(), t.UID)
 	}
 	if p.t.NodeName != "" {
+		// The API refuses it, but binds never time out here, so a second
+		// bind means two placements of one pod: the rule was broken.
 		c.stats.BindRefused++
+		c.stats.PodsBoundTwice++
 		return fmt.Errorf("%w: pod %s is already bound to %s", errBind, t.Key(), p.t.NodeName)
 	}
 	n, ok := c.nodes[node]
@@ -232,7 +253,7 @@ func (c *Cluster) Bind(t *api.Task, node, shard string, holds bool) error {
 		c.stats.BindRefused++
 		return fmt.Errorf("%w: node %s not found", errBind, node)
 	}
-	if !holds {
+	if !fenced {
 		c.stats.UnfencedBinds++
 	}
 	req := p.t.Request
@@ -311,6 +332,7 @@ func (c *Cluster) advance(d time.Duration, retain time.Duration) {
 			}
 		}
 		delete(c.jobs, uid)
+		delete(c.byName, j.j.Name)
 		for _, ca := range c.caches {
 			ca.DeleteJob(uid)
 		}
@@ -471,6 +493,23 @@ type pendingJobs struct {
 	gpu    bool
 }
 
+// jobSettled reports whether a job still exists and, if so, whether all its
+// pods are bound or finished.
+func (c *Cluster) jobSettled(uid string) (exists, settled bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j, ok := c.jobs[uid]
+	if !ok {
+		return false, false
+	}
+	for _, p := range j.pods {
+		if p.t.NodeName == "" && !p.t.Phase.Terminal() {
+			return true, false
+		}
+	}
+	return true, true
+}
+
 // Stats returns the counters.
 func (c *Cluster) Stats() Stats {
 	c.mu.Lock()
@@ -544,12 +583,13 @@ func (h *latencyHist) sample(n int) []float64 {
 type Binder struct {
 	c     *Cluster
 	shard string
-	holds func(node string) bool
+	// othersHold reports whether another live shard holds node's partition.
+	othersHold func(node string) bool
 }
 
 // Bind implements scheduler.Binder.
 func (b *Binder) Bind(_ context.Context, t *api.Task, node string) error {
-	return b.c.Bind(t, node, b.shard, b.holds(node))
+	return b.c.Bind(t, node, b.shard, !b.othersHold(node))
 }
 
 // StatusWriter is one shard's view of the status API (status.Writer).
@@ -586,7 +626,12 @@ func (w *StatusWriter) WritePodGroupStatus(_ context.Context, _, name, uid strin
 	}
 	j.writers[w.shard] = true
 	w.c.stats.WritersPerPodGroup = max(w.c.stats.WritersPerPodGroup, len(j.writers))
-	j.j.Phase = st.Phase
+	if j.j.Phase != st.Phase {
+		j.j.Phase = st.Phase
+		for _, ca := range w.c.caches { // as the informers would
+			ca.AddOrUpdateJob(j.j)
+		}
+	}
 	return nil
 }
 
@@ -598,11 +643,11 @@ func (r *Recorder) count(job, why string) {
 	r.c.mu.Lock()
 	defer r.c.mu.Unlock()
 	r.c.stats.Events++
-	for _, j := range r.c.jobs {
-		if j.j.Name == job && why != "" {
-			j.why = why
-			return
-		}
+	if why == "" {
+		return
+	}
+	if j := r.c.byName[job]; j != nil {
+		j.why = why
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -120,6 +121,7 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	defer etcd.Close()
 
 	s := &sim{cfg: cfg, w: w, tier: tier, tree: tree, specs: specs, cl: cl, etcd: etcd, leaves: w.Leaves()}
+	s.holders.Store(&[]*shard.Shard{})
 	defer s.stopAll()
 	fmt.Fprintf(cfg.Progress, "sim %s/%s: %d nodes, %d shards: starting shards...\n", w.Name, cfg.Tier, tier.Nodes, cfg.Shards)
 	for i := 0; i < cfg.Shards; i++ {
@@ -149,6 +151,20 @@ type sim struct {
 	leaves []LeafQueue
 	procs  []*shardProc
 	seed   string // gossip address of a live shard
+	// holders are the live shards, for the binders' fencing check (read
+	// by bind workers; replaced whole by the driver).
+	holders atomic.Pointer[[]*shard.Shard]
+}
+
+// setHolders publishes the live shards to the binders.
+func (s *sim) setHolders() {
+	var hs []*shard.Shard
+	for _, p := range s.procs {
+		if !p.dead {
+			hs = append(hs, p.sh)
+		}
+	}
+	s.holders.Store(&hs)
 }
 
 // QueueSpecs builds root → parents → leaves for a cluster of t.Nodes nodes
@@ -188,13 +204,32 @@ func (s *sim) keys() []string {
 
 func (s *sim) keyCount() int { return s.cfg.Partitions + len(s.tree.Names()) }
 
-func (s *sim) startShard(ctx context.Context, name string) error {
+func (s *sim) startShard(ctx context.Context, name string) (err error) {
 	p := &shardProc{name: name}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: s.etcd.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
 	p.cli = cli
+	// A start that fails half-way stops what it started: simbench runs
+	// many scenarios in one process.
+	defer func() {
+		if err == nil {
+			return
+		}
+		if p.quota != nil {
+			p.quota.Close()
+		}
+		if p.sh != nil {
+			p.sh.Crash()
+		}
+		if p.coord != nil {
+			done, stop := context.WithCancel(context.Background())
+			stop()
+			_ = p.coord.Run(done) // serves nothing, closes its listener
+		}
+		_ = cli.Close()
+	}()
 	log := s.cfg.Logger.With("shard", name)
 	ccfg := coordinator.DefaultConfig()
 	ccfg.Name, ccfg.Logger, ccfg.SessionTTL = name, log, 3
@@ -231,7 +266,15 @@ func (s *sim) startShard(ctx context.Context, name string) error {
 	claims := shard.NewClaims(sh)
 	p.sched, err = scheduler.New(sc, scheduler.Deps{Cache: p.cache, Ownership: sh, Quota: p.quota, Recorder: &Recorder{c: s.cl}, Status: p.status,
 		Peers: sh, Claims: claims,
-		Binder: &Binder{c: s.cl, shard: name, holds: func(node string) bool { return sh.Holds(shard.PartitionKey(shard.Partition(node, parts))) }}})
+		Binder: &Binder{c: s.cl, shard: name, othersHold: func(node string) bool {
+			key := shard.PartitionKey(shard.Partition(node, parts))
+			for _, o := range *s.holders.Load() {
+				if o != sh && o.Holds(key) {
+					return true
+				}
+			}
+			return false
+		}}})
 	if err != nil {
 		return err
 	}
@@ -275,6 +318,7 @@ func (s *sim) startShard(ctx context.Context, name string) error {
 	})
 	s.procs = append(s.procs, p)
 	s.seed = p.sh.GossipAddr()
+	s.setHolders()
 	return nil
 }
 
@@ -282,6 +326,7 @@ func (s *sim) startShard(ctx context.Context, name string) error {
 // expire.
 func (s *sim) kill(p *shardProc) {
 	p.dead = true
+	s.setHolders()
 	p.sh.Crash()
 	p.coord.Abandon()
 	p.cancel()
@@ -537,6 +582,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		}
 		t0 := time.Now()
 		s.cl.advance(vt, retain)
+		s.cl.runClock(t0)
 		for {
 			js, ok := gen.Next(vt)
 			if !ok {
@@ -556,7 +602,18 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 			f.done = true
 			sm := s.cl.sample(s.leaves, true)
 			f.backlog = sm.pending
-			f.admittedBefore = sm.runningJobs
+			// Admitted before the fault: every job holding a reservation.
+			f.admittedBefore = map[string]bool{}
+			lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+			if res, err := s.anyQuota().List(lctx); err == nil {
+				for _, r := range res.Reservations {
+					f.admittedBefore[r.Job.UID] = true
+				}
+			} else {
+				run.Notes = append(run.Notes, fmt.Sprintf("before %q the reservations could not be listed (%v); jobs running then stand in for them", f.what, err))
+				f.admittedBefore = sm.runningJobs
+			}
+			lcancel()
 			f.wallAt = time.Now()
 			f.event = &report.ChaosEvent{At: vt.Seconds(), What: f.what, OwnersBackAfter: -1, ThroughputBackAfter: -1}
 			if err := s.fault(f.what); err != nil {
@@ -651,7 +708,9 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 				float64(st.Binds)/time.Since(wallStart).Seconds())
 		}
 		// Advance the virtual clock by the step, or by the wall time the
-		// step took when that is longer.
+		// step took when that is longer (it ran with the wall clock during
+		// the step, so nothing bound in it is stamped later than that).
+		s.cl.freezeClock()
 		took := time.Since(t0)
 		if cfg.Pace {
 			if ahead := (vt + step) - time.Since(wallStart); ahead > 0 {
@@ -714,6 +773,9 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 	run.Invariants["pods_bound_twice"] = st.PodsBoundTwice
 	run.Invariants["unfenced_binds"] = st.UnfencedBinds
 	run.Invariants["nodes_out_of_sync"] = outOfSyncBad
+	if !cfg.Pace {
+		run.Notes = append(run.Notes, "the scheduler's timers (backoffs, offer timeouts) run on the virtual clock, which may run ahead of the wall clock here, while leases and gossip run on the wall clock")
+	}
 	run.Notes = append(run.Notes,
 		fmt.Sprintf("%d pods submitted, %d bound, %d completed, %d evicted by drains; %d binds refused by the API (already bound or gone)", st.Submitted, st.Binds, st.Completed, st.Evicted, st.BindRefused),
 		fmt.Sprintf("status writes: %d queue, %d PodGroup; most shards writing one queue: %d, one PodGroup: %d", st.QueueWrites, st.PodGroupWrites, st.WritersPerQueue, st.WritersPerPodGroup),
@@ -753,9 +815,19 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 			if f.event != nil {
 				run.Chaos.Events = append(run.Chaos.Events, *f.event)
 			}
+		}
+		// Lost: admitted before some fault, still there at the end, not
+		// all of its pods bound or finished, and no reservation left.
+		seen := map[string]bool{}
+		for _, f := range faults {
 			for uid := range f.admittedBefore {
-				if sm.runningJobs[uid] && !have[uid] {
+				if seen[uid] {
+					continue
+				}
+				seen[uid] = true
+				if exists, settled := s.cl.jobSettled(uid); exists && !settled && !have[uid] {
 					lost++
+					run.Notes = append(run.Notes, "admitted job lost (no reservation, pods unbound): "+uid)
 				}
 			}
 		}

@@ -157,7 +157,7 @@ func TestClusterBindInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := c.Stats()
-	if st.Binds != 2 || st.BindRefused != 1 || st.DoubleBookedNodes != 1 || st.UnfencedBinds != 1 {
+	if st.Binds != 2 || st.BindRefused != 1 || st.PodsBoundTwice != 1 || st.DoubleBookedNodes != 1 || st.UnfencedBinds != 1 {
 		t.Errorf("stats %+v", st)
 	}
 	// The cache saw the binds: the node is out of sync (F2), like a shard's.

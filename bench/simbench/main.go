@@ -234,7 +234,7 @@ func simTargets(runs []report.Run) []report.Target {
 		case r.Scenario == "churn" && r.Tier == "100k":
 			p99 := report.Target{Name: "p99 submit→bind, " + r.Name, Goal: "≤ 1 s (virtual)", Value: fmt.Sprintf("%.3f s", r.LatencyP99), Met: r.LatencyP99 <= 1}
 			if !p99.Met {
-				p99.Why = fmt.Sprintf("capacity, not scheduling: the cluster ran %.0f %% full and the pods that wait are those of large gangs that need room on many nodes at once (see the run's note on pending jobs)", r.Utilization*100)
+				p99.Why = fmt.Sprintf("the cluster ran %.0f %% full; %d pods were still pending at the end (the run's notes list the waiting jobs by size, with the reason they last got)", r.Utilization*100, r.Unbound)
 			}
 			rss := report.Target{Name: "RSS growth after warm-up, " + r.Name, Goal: "< 5 %", Value: fmt.Sprintf("%.1f %%", r.RSSGrowthPct), Met: r.RSSGrowthPct < 5}
 			if !rss.Met {
@@ -244,7 +244,7 @@ func simTargets(runs []report.Run) []report.Target {
 		case r.Scenario == "burst":
 			t := report.Target{Name: "placement throughput, " + r.Name, Goal: "≥ 20,000 pods/s (wall)", Value: fmt.Sprintf("%.0f pods/s", r.PodsPerSec), Met: r.PodsPerSec >= 20000}
 			if !t.Met {
-				t.Why = fmt.Sprintf("%.2f CPU ms per placed pod (admission through the coordinator with etcd fsync, placement, bind, cache updates fanned out to every shard) on 2 cores shared by all shards, the coordinator and etcd", r.CPUSecondsPer1000)
+				t.Why = fmt.Sprintf("%.2f CPU ms per placed pod (admission through the coordinator and etcd, placement, bind, and the cluster model's updates fanned out to every shard's cache) on %d cores shared by all shards, the coordinator and etcd", r.CPUSecondsPer1000, runtime.NumCPU())
 			}
 			out = append(out, t)
 		}
