@@ -33,7 +33,8 @@ type Binder interface {
 }
 
 // Quota is the coordinator as seen by a shard (*coordinator.Client).
-// Called from the scheduling loop; calls block until answered.
+// Called concurrently (a cycle's reservations, confirms and releases run in
+// parallel); calls block until answered.
 type Quota interface {
 	Reserve(ctx context.Context, job coordinator.JobRef, queue string, amount api.Resource) (coordinator.Result, error)
 	Confirm(ctx context.Context, uid string) (coordinator.Result, error)
@@ -57,7 +58,9 @@ type Recorder interface {
 }
 
 // Status receives the latest Queue and PodGroup status (*status.Batcher).
-// Called from the scheduling loop; must not block.
+// Called concurrently (from the loop and the parallel admission calls),
+// sometimes with the scheduler's own lock held (ForgetPodGroup from prune):
+// it must not block and must not call back into the scheduler.
 type Status interface {
 	SetQueue(queue string, st api.QueueStatus)
 	SetPodGroup(namespace, name, uid string, st api.JobStatus)

@@ -118,13 +118,14 @@ func (w *Workload) Validate() error {
 	}
 	for name, t := range w.Tiers {
 		if t.Nodes < 1 || t.Nodes > 100000 || t.Minutes <= 0 || t.PodsPerMinute < 0 || t.Pods < 0 {
-			return fmt.Errorf("tier %s: nodes %d must be 1..100000, minutes positive, pods not negative", name, t.Nodes)
+			return fmt.Errorf("tier %s: nodes %d must be 1..100000, minutes %v positive, pods %d and podsPerMinute %d not negative",
+				name, t.Nodes, t.Minutes, t.Pods, t.PodsPerMinute)
 		}
 		if w.Burst && t.Pods < 1 {
-			return fmt.Errorf("tier %s: a burst workload needs pods ≥ 1", name)
+			return fmt.Errorf("tier %s: a burst workload needs pods ≥ 1 (got %d)", name, t.Pods)
 		}
 		if !w.Burst && t.PodsPerMinute < 1 {
-			return fmt.Errorf("tier %s: podsPerMinute must be ≥ 1", name)
+			return fmt.Errorf("tier %s: podsPerMinute %d must be ≥ 1", name, t.PodsPerMinute)
 		}
 	}
 	for i, j := range w.Jobs {
