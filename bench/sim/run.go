@@ -574,7 +574,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 			if binds != lastProgressBinds {
 				lastProgressBinds, lastProgressAt, lastBindWall = binds, vt, time.Now()
 			}
-			if vt > 0 && (pending == 0 || vt-lastProgressAt > 10*time.Second) || vt > end {
+			if vt > 0 && (pending == 0 || vt-lastProgressAt > 5*time.Second) || vt > end {
 				break
 			}
 		} else if vt > end {
