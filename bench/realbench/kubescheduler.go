@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,39 +151,11 @@ func (p *schedulerProcess) check() error {
 
 // waitReady polls url (the process's /readyz) until it answers 200.
 func (p *schedulerProcess) waitReady(ctx context.Context, url string, timeout time.Duration) error {
-	client := &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // loopback, self-signed serving cert
+	last, err := cluster.WaitHTTPOK(ctx, url, nil, timeout, p.check)
+	if err != nil && last != "" {
+		return fmt.Errorf("%s not ready after %s (%s); log: %s", filepath.Base(p.cmd.Path), timeout, last, p.log)
 	}
-	defer client.CloseIdleConnections()
-	deadline := time.Now().Add(timeout)
-	last := "no answer"
-	for {
-		if err := p.check(); err != nil {
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s (%s); log: %s", filepath.Base(p.cmd.Path), timeout, last, p.log)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return err
 }
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:

@@ -265,40 +265,66 @@ func writeServiceAccountKeys(dir string) (keyPath, pubPath string, err error) {
 
 // waitHTTP polls url until it answers 200, the process exits, or timeout.
 func waitHTTP(ctx context.Context, p *process, url string, headers map[string]string, timeout time.Duration) error {
-	client := &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // loopback test cluster with a self-signed cert
-	}
-	defer client.CloseIdleConnections()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
+	alive := func() error {
 		if p.exited() {
 			return p.failure("exited before it was ready")
 		}
+		return nil
+	}
+	last, err := WaitHTTPOK(ctx, url, headers, timeout, alive)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errors.Join(ctx.Err(), p.failure("start cancelled"))
+	case last != "":
+		return p.failure(fmt.Sprintf("not ready after %s (%s)", timeout, last))
+	default:
+		return err
+	}
+}
+
+// WaitHTTPOK polls url (TLS certificates are not checked: loopback,
+// self-signed) every 100 ms until it answers 200 OK. It gives up when alive
+// returns an error (the server's process died), when ctx ends, or after
+// timeout; last is the last answer or error seen (empty when it gave up for
+// another reason than the timeout).
+func WaitHTTPOK(ctx context.Context, url string, headers map[string]string, timeout time.Duration, alive func() error) (last string, err error) {
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // loopback with a self-signed cert
+	}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(timeout)
+	last = "no answer"
+	for {
+		if alive != nil {
+			if err := alive(); err != nil {
+				return "", err
+			}
+		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			return err
+			return "", err
 		}
 		for k, v := range headers {
 			req.Header.Set(k, v)
 		}
-		resp, err := client.Do(req)
-		if err == nil {
+		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				return "", nil
 			}
 			last = resp.Status
 		} else {
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			return p.failure(fmt.Sprintf("not ready after %s (%s)", timeout, last))
+			return last, fmt.Errorf("%s not ready after %s (%s)", url, timeout, last)
 		}
 		select {
 		case <-ctx.Done():
-			return errors.Join(ctx.Err(), p.failure("start cancelled"))
+			return "", ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
