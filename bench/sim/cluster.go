@@ -403,6 +403,17 @@ func (c *Cluster) NodeState(name string) (api.Node, []api.Task, bool) {
 	return n.n, tasks, true
 }
 
+// NodeUsage is what is bound to a node (truth): CPU, memory and pod count.
+func (c *Cluster) NodeUsage(name string) (cpu, memory int64, pods int, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[name]
+	if !ok {
+		return 0, 0, 0, false
+	}
+	return n.used.MilliCPU, n.used.Memory, len(n.pods), true
+}
+
 // Fits reports whether a node's bound pods fit its allocatable (truth).
 func (c *Cluster) Fits(name string) bool {
 	c.mu.Lock()

@@ -75,6 +75,7 @@ type shardProc struct {
 	wg     sync.WaitGroup
 	owned  []string
 	dead   bool
+	check  cache.Snapshot // the driver's own view of the shard's books
 }
 
 // Run runs one simulated scenario and returns its figures.
@@ -444,6 +445,26 @@ func (s *sim) syncOwnership() int {
 	return bad
 }
 
+// booksDrift compares every live shard's books of its nodes with the
+// cluster's truth, between steps (no bind in flight): a node whose books
+// are in sync but disagree on CPU, memory or pod count has drifted silently.
+func (s *sim) booksDrift() int {
+	bad := 0
+	for _, p := range s.live() {
+		p.cache.UpdateSnapshot(&p.check)
+		for _, b := range p.check.Nodes() {
+			if b.OutOfSync {
+				continue // counted by syncOwnership when the truth fits
+			}
+			cpu, mem, pods, ok := s.cl.NodeUsage(b.Node.Name)
+			if ok && (b.Used.MilliCPU != cpu || b.Used.Memory != mem || b.Tasks != pods) {
+				bad++
+			}
+		}
+	}
+	return bad
+}
+
 func rssMiB() float64 {
 	b, err := os.ReadFile("/proc/self/statm")
 	if err != nil {
@@ -657,6 +678,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		}
 		if vt >= nextSample {
 			nextSample += sampleEvery
+			outOfSyncBad += int64(s.booksDrift())
 			sm := s.cl.sample(s.leaves, false)
 			pending = sm.pending
 			st := s.cl.Stats()
