@@ -269,16 +269,7 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 	for _, j := range jobs {
 		byUID[j.UID] = j
 	}
-	nodes := s.snap.Nodes()
-	if s.held != nil { // nodes held for a starving gang take no other job
-		var free []*api.NodeBooks
-		for _, b := range nodes {
-			if !s.held.nodes[b.Node.Name] {
-				free = append(free, b)
-			}
-		}
-		nodes = free
-	}
+	nodes := s.unheld(s.snap.Nodes()) // nodes held for a starving gang take no other job
 	for _, c := range mine {
 		j := byUID[c.Job]
 		if c.State == shard.Claimed {
@@ -320,18 +311,7 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 // many must fit at once; ok is false while part of the gang is missing.
 func (s *Scheduler) readyGang(j *api.Job) (ready []*api.Task, need int, ok bool) {
 	pending, bound, _ := s.jobTasks(j)
-	now := s.cfg.Now()
-	s.mu.Lock()
-	for _, t := range pending {
-		if _, busy := s.inflight[t.UID]; busy {
-			continue
-		}
-		if until, ok := s.backoff[t.UID]; ok && now.Before(until) {
-			continue
-		}
-		ready = append(ready, t)
-	}
-	s.mu.Unlock()
+	ready = s.readyTasks(pending, s.cfg.Now())
 	need = max(int(j.MinMember)-bound, 1)
 	return ready, need, need <= len(ready)
 }
@@ -528,8 +508,8 @@ const gpuResource = "nvidia.com/gpu"
 // that placement may use (in sync, schedulable).
 func (s *Scheduler) capacity() shard.Capacity {
 	var c shard.Capacity
-	for _, b := range s.snap.Nodes() {
-		if b.OutOfSync || b.Node.Unschedulable || (s.held != nil && s.held.nodes[b.Node.Name]) {
+	for _, b := range s.unheld(s.snap.Nodes()) {
+		if b.OutOfSync || b.Node.Unschedulable {
 			continue
 		}
 		idle := b.Idle()

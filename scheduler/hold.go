@@ -32,15 +32,23 @@ func (s *Scheduler) holdFilter(j *api.Job, nodes []*api.NodeBooks, cache *[]*api
 		return nodes
 	}
 	if *cache == nil {
-		out := make([]*api.NodeBooks, 0, len(nodes))
-		for _, n := range nodes {
-			if !s.held.nodes[n.Node.Name] {
-				out = append(out, n)
-			}
-		}
-		*cache = out
+		*cache = s.unheld(nodes)
 	}
 	return *cache
+}
+
+// unheld returns nodes without those held for a starving gang.
+func (s *Scheduler) unheld(nodes []*api.NodeBooks) []*api.NodeBooks {
+	if s.held == nil {
+		return nodes
+	}
+	out := make([]*api.NodeBooks, 0, len(nodes))
+	for _, n := range nodes {
+		if !s.held.nodes[n.Node.Name] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // maybeHold starts a hold for j, a gang of need tasks (the first need of

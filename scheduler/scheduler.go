@@ -385,7 +385,7 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	s.implicitGroups(ctx, jobs)
 	s.admit(ctx, byQueue)
 	s.takeOffers(ctx, jobs)
-	s.placeAdmitted(ctx, jobs)
+	s.placeAdmitted(ctx, jobs, live)
 	s.writeStatus(jobs)
 	s.publishCapacity()
 }
@@ -528,7 +528,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		}
 	case errors.As(err, &qe):
 		s.stats.quotaWaits.Add(1)
-		s.waitForQuota(j.UID)
+		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("waiting for quota: %v", qe)
 		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
 			Type: "Unschedulable", Status: "True", Reason: "QueueQuotaExceeded", Message: msg}}})
@@ -536,7 +536,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 			s.deps.Recorder.Unschedulable(j, msg)
 		}
 	case errors.Is(err, coordinator.ErrInvalid):
-		s.waitForQuota(j.UID)
+		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("cannot be admitted: %v", err)
 		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
 			Type: "Unschedulable", Status: "True", Reason: "InvalidQueue", Message: msg}}})
@@ -546,15 +546,16 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 	default:
 		// The coordinator is unreachable or failing over: the rest of
 		// the queue would wait CallTimeout each for the same answer.
-		s.waitForQuota(j.UID)
+		s.backOffAdmission(j.UID)
 		s.log.Warn("reserve failed", "job", j.Key(), "err", err)
 	}
 	return err == nil
 }
 
-// waitForQuota makes a job that was not admitted wait before it is asked
+// backOffAdmission makes a job that was not admitted (no quota, a bad
+// queue, the coordinator unreachable) wait before it is asked
 // for again, 50 ms doubling to 2 s, not on every cycle (50 times a second).
-func (s *Scheduler) waitForQuota(uid string) {
+func (s *Scheduler) backOffAdmission(uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.quotaWait[uid]
@@ -591,8 +592,8 @@ func (s *Scheduler) gangAmount(j *api.Job, pending []*api.Task, bound int) (api.
 // (roleOf: admitted here and not claimed elsewhere, or claimed here) on
 // this shard's nodes: a gang not yet running needs minMember tasks placed
 // at once. A job of the queue owner that does not fit is offered to a
-// shard with room.
-func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
+// shard with room. live holds the UIDs of every job in the snapshot.
+func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map[string]bool) {
 	nodes := s.snap.Nodes()
 	now := s.cfg.Now()
 	pc := s.place
@@ -609,11 +610,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	slices.SortStableFunc(jobs, func(a, b *api.Job) int {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created))
 	})
-	live := make(map[string]bool, len(jobs))
 	placedJobs, mine := map[string]bool{}, map[string]bool{}
-	for _, j := range jobs {
-		live[j.UID] = true
-	}
 	defer func() { s.endHold(placedJobs, mine, live) }()
 	var unheld []*api.NodeBooks // nodes minus the held ones, computed once
 	for _, j := range jobs {
@@ -631,18 +628,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			}
 			continue
 		}
-		var ready []*api.Task
-		s.mu.Lock()
-		for _, t := range pending {
-			if _, busy := s.inflight[t.UID]; busy {
-				continue // assumed: already counted as bound
-			}
-			if until, ok := s.backoff[t.UID]; ok && now.Before(until) {
-				continue
-			}
-			ready = append(ready, t)
-		}
-		s.mu.Unlock()
+		ready := s.readyTasks(pending, now)
 		if len(ready) == 0 {
 			if role == asOwner && s.needsConfirm(j, bound) {
 				confirms = append(confirms, confirmReq{job: j, bound: bound})
@@ -747,6 +733,25 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			}
 		}
 	}
+}
+
+// readyTasks returns the pending tasks that may be placed now: not those
+// whose bind is in flight (assumed: already counted as bound) nor those
+// backing off after a failed bind.
+func (s *Scheduler) readyTasks(pending []*api.Task, now time.Time) []*api.Task {
+	var ready []*api.Task
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range pending {
+		if _, busy := s.inflight[t.UID]; busy {
+			continue
+		}
+		if until, ok := s.backoff[t.UID]; ok && now.Before(until) {
+			continue
+		}
+		ready = append(ready, t)
+	}
+	return ready
 }
 
 // bindWorker binds one pod at a time, only while the node's partition is

@@ -70,6 +70,7 @@ import (
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/bench/report"
+	"github.com/shardsched/shardsched/bench/sim"
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/cluster"
 	"github.com/shardsched/shardsched/internal/kube"
@@ -352,9 +353,7 @@ func createChaosStream(ctx context.Context, cs kubernetes.Interface, vc volcano.
 					errs[c] = fmt.Errorf("create pod %s: %w", p.Name, err)
 					return
 				}
-				w.mu.Lock()
-				w.created[out.UID] = t0
-				w.mu.Unlock()
+				w.noteCreated(out.UID, t0)
 			}
 		}()
 	}
@@ -495,7 +494,7 @@ func runChaos(ctx context.Context, o options, env *benchEnv, bin string, index i
 	for _, s := range c.shards {
 		s.cpu0 = s.proc.cpu()
 	}
-	harness0 := processCPU()
+	harness0 := sim.ProcessCPU()
 	c.start = time.Now()
 	var bg sync.WaitGroup
 	defer func() { cancel(); bg.Wait() }()
@@ -550,7 +549,7 @@ func runChaos(ctx context.Context, o options, env *benchEnv, bin string, index i
 	for _, s := range c.shards {
 		end.cpu += s.proc.cpu() - s.cpu0
 	}
-	end.harness = processCPU() - harness0
+	end.harness = sim.ProcessCPU() - harness0
 	booked, err := doubleBookedNodes(ctx, env.cs)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("check nodes: %w", err)

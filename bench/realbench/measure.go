@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/shardsched/shardsched/bench/sim"
 )
 
 // result is what one run measured.
@@ -51,6 +53,13 @@ type bindWatch struct {
 	node    map[types.UID]string
 	seen    map[types.UID]struct{} // every pod the informer has seen
 	twice   int64
+}
+
+// noteCreated records when the create call of a pod was made.
+func (w *bindWatch) noteCreated(uid types.UID, at time.Time) {
+	w.mu.Lock()
+	w.created[uid] = at
+	w.mu.Unlock()
 }
 
 func newBindWatch() *bindWatch {
@@ -130,7 +139,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if inst, err = sys.impl.start(rctx, env, run); err != nil {
 			return result{}, err
 		}
-		cpu0, harness0, start = inst.cpu(), processCPU(), time.Now()
+		cpu0, harness0, start = inst.cpu(), sim.ProcessCPU(), time.Now()
 		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
 		if err != nil {
 			return result{}, err
@@ -146,7 +155,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if err := waitFor(rctx, time.Minute, func() (bool, error) { seen, _ := w.counts(); return seen >= o.pods, nil }); err != nil {
 			return result{}, fmt.Errorf("watch did not see every created pod: %w", err)
 		}
-		harness0, start = processCPU(), time.Now()
+		harness0, start = sim.ProcessCPU(), time.Now()
 		if inst, err = sys.impl.start(rctx, env, run); err != nil {
 			return result{}, err
 		}
@@ -164,7 +173,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	r.wall = time.Since(start)
 	r.cpu, r.inProcess = inst.cpu()-cpu0, inst.inProcess
 	if !inst.inProcess {
-		r.harnessCPU = processCPU() - harness0
+		r.harnessCPU = sim.ProcessCPU() - harness0
 	}
 	stop()
 
@@ -245,9 +254,7 @@ func createPods(ctx context.Context, cs kubernetes.Interface, creators int, plan
 						errs[c] = fmt.Errorf("create pod %s: %w", p.Name, err)
 						return
 					}
-					w.mu.Lock()
-					w.created[out.UID] = t0
-					w.mu.Unlock()
+					w.noteCreated(out.UID, t0)
 				}
 			}
 		}()

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/bench/sim"
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/daemon"
 	"github.com/shardsched/shardsched/internal/kube"
@@ -102,15 +103,6 @@ func parseSystem(name string) (sysSpec, error) {
 	return sysSpec{}, fmt.Errorf("unknown system %q (binder, shardsched-N, kube-scheduler, kube-scheduler-qps)", name)
 }
 
-// processCPU is the CPU time of the bench process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // processPeakRSSKiB is the peak RSS of the bench process so far (Linux
 // reports ru_maxrss in KiB).
 func processPeakRSSKiB() int64 {
@@ -124,7 +116,7 @@ func processPeakRSSKiB() int64 {
 // inProcess starts body in a goroutine of this process and returns its
 // instance; stopping cancels body's context and waits for it.
 func inProcess(ctx context.Context, body func(ctx context.Context, wg *sync.WaitGroup)) (*instance, context.CancelFunc) {
-	cpu0 := processCPU()
+	cpu0 := sim.ProcessCPU()
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	body(sctx, &wg)
@@ -135,7 +127,7 @@ func inProcess(ctx context.Context, body func(ctx context.Context, wg *sync.Wait
 	}
 	return &instance{
 		inProcess: true,
-		cpu:       func() time.Duration { return processCPU() - cpu0 },
+		cpu:       func() time.Duration { return sim.ProcessCPU() - cpu0 },
 		check:     func() error { return nil },
 		stop:      stop,
 	}, func() { stop() }

@@ -42,8 +42,10 @@ type Cluster struct {
 	paths map[string][]string
 	caps  map[string]api.Limit
 	used  map[string]api.Resource // every queue level: requests of bound, running pods
-	// pendingCPU is the milli-CPU of pending pods per leaf queue.
-	pendingCPU map[string]int64
+	// pendingCPU is the milli-CPU of pending pods per leaf queue;
+	// pendingPods counts them all.
+	pendingCPU  map[string]int64
+	pendingPods int
 	// queueWriters is who wrote each queue's status.
 	queueWriters map[string]map[string]bool
 
@@ -219,6 +221,7 @@ func (c *Cluster) newPodLocked(j *simJob, name, schedulerName string, now time.T
 	j.pods[p.t.UID] = p
 	c.pods[p.t.UID] = p
 	c.pendingCPU[j.j.Queue] += j.spec.CPU
+	c.pendingPods++
 	for _, ca := range c.caches {
 		ca.AddOrUpdateTask(p.t)
 	}
@@ -271,6 +274,7 @@ func (c *Cluster) Bind(t *api.Task, node, shard string, fenced bool) error {
 	p.end = now.Add(p.life)
 	heap.Push(&c.ends, p)
 	c.pendingCPU[p.job.j.Queue] -= p.job.spec.CPU
+	c.pendingPods--
 	for _, q := range c.paths[p.job.j.Queue] {
 		u, _ := c.used[q].Add(req.With(api.Pods, 0))
 		c.used[q] = u
@@ -452,11 +456,7 @@ func (c *Cluster) sample(leaves []LeafQueue, withJobs bool) sample {
 		s.leafUsed[l.Name] = c.used[l.Name].Get(api.CPU)
 		s.leafPending[l.Name] = c.pendingCPU[l.Name]
 	}
-	for _, p := range c.pods {
-		if p.t.NodeName == "" {
-			s.pending++
-		}
-	}
+	s.pending = c.pendingPods
 	if withJobs {
 		s.runningJobs = map[string]bool{}
 		for uid, j := range c.jobs {
@@ -519,6 +519,13 @@ func (c *Cluster) jobSettled(uid string) (exists, settled bool) {
 		}
 	}
 	return true, true
+}
+
+// pending is the number of pods not bound yet.
+func (c *Cluster) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pendingPods
 }
 
 // Stats returns the counters.

@@ -478,12 +478,13 @@ func rssMiB() float64 {
 	return pages * float64(os.Getpagesize()) / (1 << 20)
 }
 
-func cpuSeconds() float64 {
+// ProcessCPU is the CPU time (user and system) of this process so far.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // fairShares water-fills capacity (milli-CPU) over the leaves by weight,
@@ -566,7 +567,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		nextSample        time.Duration
 		sampleEvery       = max(time.Second, end/300)
 		wallStart         = time.Now()
-		cpu0              = cpuSeconds()
+		cpu0              = ProcessCPU()
 		lastProgress      = time.Now()
 		utilSum           float64
 		utilN             int
@@ -670,7 +671,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 				f.event.OwnersBackAfter = time.Since(f.wallAt).Seconds()
 			}
 			if !f.thruBack {
-				if sm := s.cl.sample(s.leaves, false); sm.pending <= max(f.backlog*3/2, f.backlog+50) && time.Since(f.wallAt) > 100*time.Millisecond {
+				if pend := s.cl.pending(); pend <= max(f.backlog*3/2, f.backlog+50) && time.Since(f.wallAt) > 100*time.Millisecond {
 					f.thruBack = true
 					f.event.ThroughputBackAfter = time.Since(f.wallAt).Seconds()
 				}
@@ -719,7 +720,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		} else {
 			pending = -1 // unknown until the next sample
 			if w.Burst {
-				pending = s.cl.sample(nil, false).pending
+				pending = s.cl.pending()
 			}
 		}
 		if time.Since(lastProgress) > 10*time.Second {
@@ -744,7 +745,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		}
 	}
 	wall := time.Since(wallStart)
-	cpu := cpuSeconds() - cpu0
+	cpu := (ProcessCPU() - cpu0).Seconds()
 	runtime.GC()
 	rssEnd := rssMiB()
 	st := s.cl.Stats()
