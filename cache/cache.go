@@ -4,6 +4,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -106,13 +107,17 @@ type taskEntry struct {
 	bookedRel bool
 }
 
-// taskGroup is the tasks of one job (namespace/job name), the unit a
-// snapshot copies.
+// taskGroup is the tasks that name one job (namespace/job name), the unit a
+// snapshot copies. Not all of them are members of the job now known under
+// that name: see member.
 type taskGroup struct {
 	key     objKey
 	tasks   map[string]*taskEntry
 	pending int
 	gen     int64
+	// cutoff is cutoffOf the job now known under key; a change of it is a
+	// change of the group (new gen), because membership depends on it.
+	cutoff time.Time
 	// summary memoizes JobSummary for generation gen; readers holding the
 	// read lock may fill it concurrently (each stores an equal value).
 	summary atomic.Pointer[groupSummary]
@@ -587,7 +592,7 @@ func (c *Cache) leaveGroup(e *taskEntry) {
 func (c *Cache) joinGroup(e *taskEntry, key objKey, pending bool) {
 	g := c.groups[key]
 	if g == nil {
-		g = &taskGroup{key: key, tasks: map[string]*taskEntry{}}
+		g = &taskGroup{key: key, tasks: map[string]*taskEntry{}, cutoff: cutoffOf(c.jobs[c.jobNames[key]])}
 		c.groups[key] = g
 	}
 	g.tasks[e.uid] = e
@@ -605,12 +610,60 @@ func (c *Cache) touchGroup(g *taskGroup) {
 	c.groupsGen = g.gen
 }
 
+// ---- job identity (see "Job identity" in doc.go) ----
+
+// cutoffOf is the time before which a task that is gone (releasing or
+// terminal) belonged to a predecessor of j: j's creation time, or zero
+// (every task is a member) when there is no job, its creation time is
+// unknown, or it is an implicit group (created after its own pods).
+func cutoffOf(j *api.Job) time.Time {
+	if j == nil || j.Implicit {
+		return time.Time{}
+	}
+	return j.Created
+}
+
+// predecessor reports whether a task that names the group belonged to an
+// earlier job of the same name rather than to the one whose cutoff is
+// given: it is releasing or terminal, and was created before the cutoff.
+// A live task (pending, assumed, bound, running) is always a member.
+func predecessor(t *api.Task, cutoff time.Time) bool {
+	if cutoff.IsZero() || t.Created.IsZero() {
+		return false
+	}
+	return (t.Phase == api.TaskReleasing || t.Phase.Terminal()) && t.Created.Before(cutoff)
+}
+
+// member reports whether a task of the group is a member of the job now
+// known under the group's key.
+func (g *taskGroup) member(e *taskEntry) bool {
+	return !predecessor(e.view, g.cutoff)
+}
+
+// setCutoff recomputes the cutoff of the group under key after the job
+// known under key changed, touching the group only if it moved: a status
+// update of the same PodGroup changes nothing here.
+func (c *Cache) setCutoff(key objKey) {
+	g := c.groups[key]
+	if g == nil {
+		return
+	}
+	cut := cutoffOf(c.jobs[c.jobNames[key]])
+	if cut.Equal(g.cutoff) {
+		return
+	}
+	g.cutoff = cut
+	c.touchGroup(g)
+}
+
 // ---- jobs ----
 
 // AddOrUpdateJob records a job (a deep copy), keyed by UID; a job with an
 // empty UID is ignored. If its namespace/name is held by another UID (the
-// PodGroup was deleted and re-created), the older job is forgotten. Called
-// concurrently by informer handlers.
+// PodGroup was deleted and re-created), the older job is forgotten, and the
+// tasks its predecessor left releasing or finished stop being members of
+// the name (see "Job identity" in the package doc). Called concurrently by
+// informer handlers.
 func (c *Cache) AddOrUpdateJob(j api.Job) {
 	if j.UID == "" {
 		return
@@ -621,15 +674,22 @@ func (c *Cache) AddOrUpdateJob(j api.Job) {
 	if other, ok := c.jobNames[key]; ok && other != j.UID {
 		delete(c.jobs, other)
 	}
+	moved := false // the same UID under another name: not possible in Kubernetes, handled anyway
+	var oldKey objKey
 	if old := c.jobs[j.UID]; old != nil {
-		if oldKey := (objKey{old.Namespace, old.Name}); oldKey != key && c.jobNames[oldKey] == j.UID {
+		if oldKey = (objKey{old.Namespace, old.Name}); oldKey != key && c.jobNames[oldKey] == j.UID {
 			delete(c.jobNames, oldKey)
+			moved = true
 		}
 	}
 	cp := cloneJob(j)
 	c.jobs[j.UID] = &cp
 	c.jobNames[key] = j.UID
 	c.jobsGen = c.next()
+	c.setCutoff(key)
+	if moved {
+		c.setCutoff(oldKey)
+	}
 }
 
 // DeleteJob forgets the job with this UID; a job re-created under the same
@@ -641,11 +701,13 @@ func (c *Cache) DeleteJob(uid string) {
 	if j == nil {
 		return
 	}
-	if key := (objKey{j.Namespace, j.Name}); c.jobNames[key] == uid {
+	key := objKey{j.Namespace, j.Name}
+	if c.jobNames[key] == uid {
 		delete(c.jobNames, key)
 	}
 	delete(c.jobs, uid)
 	c.jobsGen = c.next()
+	c.setCutoff(key)
 }
 
 // ---- readers ----

@@ -27,6 +27,54 @@
 //     only when it changed. A snapshot shares nothing mutable with the
 //     cache, so a cycle reads it without any lock.
 //
+// # Job identity
+//
+// Tasks are grouped by the job they name (namespace and PodGroup name, the
+// only link a pod carries: Volcano pods name their group by annotation, not
+// by UID). A PodGroup deleted and re-created under the same name (a vcjob
+// deleted and submitted again, a PodGroup replaced) gets a new UID, and the
+// pods of the old one may still be there, terminating (TaskReleasing) for
+// their grace period or finished. They are not members of the new job:
+// counting them let dying pods satisfy the new gang's minMember, sized its
+// reservation from their requests and placed it piecemeal.
+//
+// Membership is decided from the objects alone, never from the order the
+// cache happened to see events in, so that every shard, and a shard that
+// restarts, decides alike. A task that names job J is a member of J unless
+//
+//	it is releasing or terminal, and it was created before J.
+//
+// A task is always a member when J is unknown (no PodGroup of that name),
+// when either creation time is unknown (zero), or when J is an implicit
+// group (Job.Implicit): the scheduler creates an implicit PodGroup after the
+// pods of its plain workload exist, so creation order cannot tell its own
+// pods from a predecessor's; it is recreated only once no pod of the
+// workload is left, and its minMember of 1 leaves no gang for a
+// predecessor's pod to fill.
+//
+// A live task (pending, assumed, bound, running) is always a member, even
+// one created before J. Pods that were pending or bound before their group
+// existed belong to it (a manifest applied in any order; a PodGroup deleted
+// while its pods live on, then created again, which should adopt them and
+// count their usage against the queue). A predecessor's pod still running
+// when the new group appears cannot be told from those, so it counts as a
+// member until its deletion starts (it turns releasing) and leaves then:
+// over-counting live usage for that moment is the safe side of the quota
+// rule, whereas leaving live pods out would hide usage. Creation times come
+// from the API server with one-second resolution; a predecessor's pod
+// created in the same second as the new group stays a member.
+//
+// The rule is applied wherever a job's tasks are reported: TasksOfJob, and
+// JobSummary (Pending, Bound, Done and Allocated count members only;
+// Predecessors counts the others). Pending tasks are members by definition,
+// so PendingTasks and the pending counts are unaffected. Membership never
+// touches the books: a predecessor's releasing pod stays booked on its node
+// (in Used and Releasing) until it is gone. The rule needs no extra walk:
+// each group keeps the cutoff (its job's creation time), and a job event
+// that moves the cutoff (a new UID under the name, a delete) touches the
+// group once, so snapshots copy it again and JobSummary's memo is dropped;
+// a status update of the same PodGroup touches nothing.
+//
 // # Generations
 //
 // The cache counts every change with one increasing generation. The books

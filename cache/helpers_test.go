@@ -210,6 +210,9 @@ func verify(c *Cache) error {
 		if len(g.tasks) == 0 || p != g.pending || (p > 0) != (c.pendingGroups[key] == g) {
 			fail("group %v: %d tasks, pending %d (counted %d)", key, len(g.tasks), g.pending, p)
 		}
+		if want := cutoffOf(c.jobs[c.jobNames[key]]); !g.cutoff.Equal(want) {
+			fail("group %v: cutoff %v, want %v", key, g.cutoff, want)
+		}
 	}
 	for key := range c.pendingGroups {
 		if c.groups[key] == nil {

@@ -148,8 +148,9 @@ func (s *Snapshot) updateGroups(c *Cache) {
 	slices.SortFunc(s.pending, compareTasks)
 }
 
-// copyGroup deep-copies the tasks of a group, reusing the copies in old of
-// the tasks that did not change since.
+// copyGroup deep-copies the member tasks of a group (a predecessor's tasks
+// are left out: see taskGroup.member), reusing the copies in old of the
+// tasks that did not change since.
 func copyGroup(g *taskGroup, old *snapGroup) *snapGroup {
 	ng := &snapGroup{
 		gen:   g.gen,
@@ -157,6 +158,9 @@ func copyGroup(g *taskGroup, old *snapGroup) *snapGroup {
 		srcs:  make(map[string]snapTask, len(g.tasks)),
 	}
 	for uid, e := range g.tasks {
+		if !g.member(e) {
+			continue
+		}
 		var cp *api.Task
 		if old != nil {
 			if st, ok := old.srcs[uid]; ok && st.src == e.view {
@@ -266,7 +270,8 @@ func (s *Snapshot) NodesCopied() int {
 }
 
 // PendingTasks returns the tasks waiting to be placed (not bound, not
-// assumed, phase Pending), sorted by namespace and name. Read-only.
+// assumed, phase Pending), sorted by namespace and name. A pending task is
+// always a member of the job it names. Read-only.
 func (s *Snapshot) PendingTasks() []*api.Task {
 	if s == nil {
 		return nil
@@ -274,10 +279,13 @@ func (s *Snapshot) PendingTasks() []*api.Task {
 	return cloneOrNil(s.pending)
 }
 
-// TasksOfJob returns every task (any phase; assumed ones show their node and
-// phase Bound) of the job namespace/job, sorted by name, for a job that has
-// pending tasks; nil for a job with none, which a cycle has nothing to
-// place for. Tasks without a job are grouped under job "". Read-only.
+// TasksOfJob returns every member task (any phase; assumed ones show their
+// node and phase Bound) of the job now known as namespace/job, sorted by
+// name, for a job that has pending tasks; nil for a job with none, which a
+// cycle has nothing to place for. The releasing or finished tasks a
+// deleted PodGroup of the same name left behind are not members (see "Job
+// identity" in the package doc). Tasks without a job are grouped under job
+// "". Read-only.
 func (s *Snapshot) TasksOfJob(namespace, job string) []*api.Task {
 	if s == nil {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -322,6 +323,7 @@ func TestAgainstModel(t *testing.T) {
 					name := fmt.Sprintf("t%d", r.intn(12))
 					tk := mkTask("ns", name, fmt.Sprint("j", r.intn(3)), int64(100*(1+r.intn(15))), 1)
 					tk.UID = fmt.Sprintf("%s-uid-%d", name, r.intn(2))
+					tk.Created = randTime(r)
 					tk.Phase = phases[r.intn(len(phases))]
 					if tk.Phase != api.TaskPending || r.intn(4) == 0 {
 						tk.NodeName = nodeNames[r.intn(len(nodeNames))]
@@ -377,7 +379,8 @@ func TestAgainstModel(t *testing.T) {
 						delete(m.jobs, uid)
 						continue
 					}
-					j := api.Job{Namespace: "ns", Name: name, UID: uid, MinMember: int32(r.intn(4))}
+					j := api.Job{Namespace: "ns", Name: name, UID: uid, MinMember: int32(r.intn(4)),
+						Created: randTime(r), Implicit: r.intn(4) == 0}
 					c.AddOrUpdateJob(j)
 					for u, o := range m.jobs {
 						if o.Name == name && u != uid {
@@ -470,8 +473,73 @@ func compareModel(t *testing.T, step int, c *Cache, s *Snapshot, m *model) {
 			t.Fatalf("step %d: job %s", step, j.UID)
 		}
 	}
+	for _, name := range []string{"j0", "j1", "j2"} {
+		compareMembers(t, step, c, s, m, name)
+	}
 	if err := verify(c); err != nil {
 		t.Fatalf("step %d: %v", step, err)
+	}
+}
+
+// randTime is one of a few creation times a second apart, or unknown.
+func randTime(r *rnd) time.Time {
+	if r.intn(5) == 0 {
+		return time.Time{}
+	}
+	return time.Unix(1_700_000_000+int64(r.intn(4)), 0)
+}
+
+// compareMembers checks TasksOfJob and JobSummary of ns/name against the
+// membership rule applied naively to the model.
+func compareMembers(t *testing.T, step int, c *Cache, s *Snapshot, m *model, name string) {
+	t.Helper()
+	var job *api.Job
+	for _, j := range m.jobs {
+		if j.Name == name {
+			job = &j
+		}
+	}
+	var want JobSummary
+	var members []string
+	anyPending := false
+	for _, uid := range m.uids() {
+		tk := m.view(uid)
+		if tk.Job != name {
+			continue
+		}
+		anyPending = anyPending || m.pending(uid)
+		gone := tk.Phase == api.TaskReleasing || tk.Phase.Terminal()
+		if job != nil && !job.Implicit && gone && !job.Created.IsZero() && !tk.Created.IsZero() && tk.Created.Before(job.Created) {
+			want.Predecessors++
+			continue
+		}
+		members = append(members, tk.Name+"/"+uid)
+		switch {
+		case tk.Phase.Terminal():
+			want.Done++
+		case tk.NodeName != "":
+			want.Bound++
+			addRequest(&want.Allocated, tk.Request)
+		default:
+			want.Pending++
+		}
+	}
+	got := c.JobSummary("ns", name)
+	if got.Pending != want.Pending || got.Bound != want.Bound || got.Done != want.Done ||
+		got.Predecessors != want.Predecessors || !got.Allocated.Equal(want.Allocated) {
+		t.Fatalf("step %d: summary of %s: %+v, model %+v", step, name, got, want)
+	}
+	if !anyPending {
+		members = nil
+	}
+	sort.Strings(members)
+	var have []string
+	for _, tk := range s.TasksOfJob("ns", name) {
+		have = append(have, tk.Name+"/"+tk.UID)
+	}
+	sort.Strings(have)
+	if !reflect.DeepEqual(have, members) {
+		t.Fatalf("step %d: tasks of %s: %v, model %v", step, name, have, members)
 	}
 }
 

@@ -2,17 +2,23 @@ package cache
 
 import "github.com/shardsched/shardsched/api"
 
-// JobSummary counts a job's tasks as the cache sees them now (assumed tasks
-// count as bound). Snapshots carry task lists only for jobs with pending
-// tasks; this covers every job, for confirmation and status.
+// JobSummary counts the member tasks of a job as the cache sees them now
+// (assumed tasks count as bound). Snapshots carry task lists only for jobs
+// with pending tasks; this covers every job, for confirmation and status.
 type JobSummary struct {
 	Pending, Bound, Done int
 	// Allocated is the request of the bound, non-terminal tasks (without
 	// the "pods" scalar).
 	Allocated api.Resource
+	// Predecessors counts the tasks that name the job but were left,
+	// releasing or finished, by a deleted PodGroup of the same name (see
+	// "Job identity" in the package doc). They are in none of the figures
+	// above; the releasing ones are still booked on their nodes.
+	Predecessors int
 }
 
-// JobSummary returns the summary of namespace/job (zero if unknown).
+// JobSummary returns the summary of the job now known as namespace/job
+// (zero if no task names it). Only its members are counted.
 func (c *Cache) JobSummary(namespace, job string) JobSummary {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -27,6 +33,8 @@ func (c *Cache) JobSummary(namespace, job string) JobSummary {
 	for _, e := range g.tasks {
 		t := e.view
 		switch {
+		case !g.member(e):
+			s.Predecessors++
 		case t.Phase.Terminal():
 			s.Done++
 		case t.NodeName != "":
