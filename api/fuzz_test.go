@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -13,6 +14,9 @@ import (
 var fuzzNames = []string{"", RootQueue, DefaultQueue, "a", "b", "c", "d", "ghost"}
 
 var fuzzDims = []string{CPU, Memory, gpu}
+
+// fuzzStrategies holds the valid dequeue strategies and an invalid one.
+var fuzzStrategies = []string{"", DequeueFIFO, DequeueTraverse, "lifo"}
 
 // byteReader hands out fuzz bytes, then zeros once they run out.
 type byteReader struct{ b []byte }
@@ -59,6 +63,9 @@ func decodeSpecs(data []byte) (specs []QueueSpec, ok bool) {
 		if mask&(1<<5) != 0 {
 			s.Weight = int32(r.amount())
 		}
+		if mask&(1<<6) != 0 {
+			s.DequeueStrategy = fuzzStrategies[int(r.next())%len(fuzzStrategies)]
+		}
 		l, err := NewLimit(capDims)
 		if err != nil {
 			return nil, false
@@ -69,13 +76,16 @@ func decodeSpecs(data []byte) (specs []QueueSpec, ok bool) {
 	return specs, true
 }
 
+// validStrategy restates which dequeue strategies are accepted.
+func validStrategy(s string) bool { return s == "" || s == DequeueFIFO || s == DequeueTraverse }
+
 // validSpecs is an independent statement of BuildTree's rules: it reports
 // whether specs describe a valid tree.
 func validSpecs(specs []QueueSpec) bool {
 	parent := map[string]string{}
 	capOf := map[string]Limit{}
 	for _, s := range specs {
-		if s.Name == "" || s.Weight < 0 || s.Deserved.Validate() != nil || s.Guarantee.Validate() != nil {
+		if s.Name == "" || s.Weight < 0 || s.Deserved.Validate() != nil || s.Guarantee.Validate() != nil || !validStrategy(s.DequeueStrategy) {
 			return false
 		}
 		if _, dup := parent[s.Name]; dup {
@@ -150,11 +160,17 @@ func FuzzBuildTree(f *testing.F) {
 	f.Add([]byte{5, 3, 0, 0, 4, 3, 0, 5, 4, 0, 6, 5, 0, 2, 6, 0}) // deeper tree, default moved under d
 	f.Add([]byte{1, 3, 0, 32, 0xfe})                              // negative weight
 	f.Add([]byte{1, 0, 0, 0, 0})                                  // empty name
+	f.Add([]byte{2, 3, 0, 64, 3, 4, 3, 64, 2})                    // lifo strategy above a traverse child
+	f.Add([]byte{4, 3, 0, 1, 4, 4, 3, 1, 8, 5, 4, 0, 6, 3, 0})    // over-cap child with a grandchild, valid sibling
+	f.Add([]byte{4, 3, 4, 0, 4, 3, 0, 5, 3, 0, 6, 0, 0})          // cycle with a hanging child and a valid queue
+	f.Add([]byte("A110"))                                         // root its own parent, beside an empty name
+	f.Add([]byte{1, 7, 2, 0})                                     // child of the implicit default
 	f.Fuzz(func(t *testing.T, data []byte) {
 		specs, ok := decodeSpecs(data)
 		if !ok {
 			t.Skip("capability rejected by NewLimit")
 		}
+		checkPartial(t, specs)
 		tr, err := BuildTree(specs)
 		if want := validSpecs(specs); want != (err == nil) {
 			t.Fatalf("BuildTree(%+v) error = %v; independent check says valid = %v", specs, err, want)
@@ -234,6 +250,146 @@ func FuzzBuildTree(f *testing.F) {
 			t.Fatalf("%d parent-child edges for %d queues", childCount, len(names))
 		}
 	})
+}
+
+// partialModel is an independent statement of BuildTreePartial's rules, as
+// a fixed point rather than a walk: starting from the root, a queue whose
+// declaration is valid by itself joins the tree once its parent is in and
+// its capability fits under the nearest ancestor in the tree setting each
+// dimension. It returns the names kept and the names that must be reported.
+func partialModel(specs []QueueSpec) (kept, reported map[string]bool) {
+	count := map[string]int{}
+	for _, s := range specs {
+		count[s.Name]++
+	}
+	decl := map[string]QueueSpec{}
+	reported = map[string]bool{}
+	for _, s := range specs {
+		reported[s.Name] = true // until kept
+		neg := false
+		for _, d := range s.Capability.Dims() {
+			if v, _ := s.Capability.Get(d); v < 0 {
+				neg = true
+			}
+		}
+		ok := s.Name != "" && count[s.Name] == 1 && !neg && s.Weight >= 0 && validStrategy(s.DequeueStrategy) &&
+			s.Deserved.Validate() == nil && s.Guarantee.Validate() == nil && s.Parent != s.Name &&
+			(s.Name != RootQueue || s.Parent == "")
+		if !ok {
+			continue
+		}
+		if s.Name != RootQueue && s.Parent == "" {
+			s.Parent = RootQueue
+		}
+		decl[s.Name] = s
+	}
+	_, rootDeclared := decl[RootQueue]
+	if !rootDeclared {
+		decl[RootQueue] = QueueSpec{Name: RootQueue}
+	}
+	if count[DefaultQueue] == 0 {
+		decl[DefaultQueue] = QueueSpec{Name: DefaultQueue, Parent: RootQueue}
+	}
+	kept = map[string]bool{RootQueue: true}
+	fits := func(s QueueSpec) bool {
+		for _, d := range s.Capability.Dims() {
+			v, _ := s.Capability.Get(d)
+			for anc := s.Parent; ; anc = decl[anc].Parent {
+				if pv, ok := decl[anc].Capability.Get(d); ok {
+					if v > pv {
+						return false
+					}
+					break
+				}
+				if anc == RootQueue {
+					break
+				}
+			}
+		}
+		return true
+	}
+	for changed := true; changed; {
+		changed = false
+		for n, s := range decl {
+			if !kept[n] && kept[s.Parent] && fits(s) {
+				kept[n], changed = true, true
+			}
+		}
+	}
+	for n := range kept {
+		if n != RootQueue || rootDeclared {
+			delete(reported, n)
+		}
+	}
+	kept[DefaultQueue] = true
+	return kept, reported
+}
+
+// checkPartial holds BuildTreePartial to the model and to the tree
+// invariants: every queue kept reaches the root and satisfies the capability
+// rule, every declared queue left out has an error, and the kept specs are
+// a valid tree by themselves.
+func checkPartial(t *testing.T, specs []QueueSpec) {
+	tr, left := BuildTreePartial(specs)
+	kept, reported := partialModel(specs)
+	names := tr.Names()
+	if len(names) != len(kept) {
+		t.Fatalf("BuildTreePartial(%+v) kept %v; model keeps %v", specs, names, kept)
+	}
+	for _, n := range names {
+		if !kept[n] {
+			t.Fatalf("BuildTreePartial(%+v) kept %v; model keeps %v", specs, names, kept)
+		}
+	}
+	for n := range reported {
+		if left[n] == nil {
+			t.Fatalf("BuildTreePartial(%+v): %q left out without an error (errors %v)", specs, n, left)
+		}
+	}
+	for n, err := range left {
+		if !reported[n] {
+			t.Fatalf("BuildTreePartial(%+v): %q reported (%v) but the model keeps it", specs, n, err)
+		}
+		if n != "" && !strings.Contains(err.Error(), n) {
+			t.Fatalf("error for %q does not name it: %v", n, err)
+		}
+		known := false
+		for _, s := range []error{ErrAncestorLeftOut, ErrQueueCycle, ErrUnknownParent, ErrDuplicateQueue, ErrCapability, ErrNegative, ErrQueueSpec} {
+			known = known || errors.Is(err, s)
+		}
+		if !known {
+			t.Fatalf("error for %q wraps no sentinel: %v", n, err)
+		}
+		if _, in := tr.Get(n); in && n != RootQueue && n != DefaultQueue {
+			t.Fatalf("%q both kept and reported: %v", n, err)
+		}
+	}
+	for _, n := range names {
+		path, err := tr.Path(n)
+		if err != nil || path[0] != n || path[len(path)-1] != RootQueue || len(path) > len(names) {
+			t.Fatalf("Path(%q) = %v, %v", n, path, err)
+		}
+		s, _ := tr.Get(n)
+		for _, d := range s.Capability.Dims() {
+			v, _ := s.Capability.Get(d)
+			for _, anc := range path[1:] {
+				as, _ := tr.Get(anc)
+				if pv, ok := as.Capability.Get(d); ok {
+					if v > pv {
+						t.Fatalf("kept queue %q %s=%d above ancestor %q's %d", n, d, v, anc, pv)
+					}
+					break
+				}
+			}
+		}
+	}
+	strict, err := BuildTree(tr.Specs())
+	if err != nil || !strict.Equal(tr) {
+		t.Fatalf("BuildTree(kept specs of %+v) = %v; want the same tree", specs, err)
+	}
+	if _, err := BuildTree(specs); (err == nil) != (len(left) == 0) {
+		t.Fatalf("BuildTree error %v but %d queues left out", err, len(left))
+	}
 }
 
 var fuzzScalarNames = []string{gpu, foo}

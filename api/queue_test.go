@@ -389,3 +389,172 @@ func TestTreeChildrenIsACopy(t *testing.T) {
 		t.Errorf("Children(p) after editing a returned slice = %v", got)
 	}
 }
+
+// mustKept asserts that exactly the named queues (plus root and default)
+// are in the tree.
+func mustKept(t *testing.T, tr *Tree, names ...string) {
+	t.Helper()
+	want := map[string]bool{RootQueue: true, DefaultQueue: true}
+	for _, n := range names {
+		want[n] = true
+	}
+	got := tr.Names()
+	if len(got) != len(want) {
+		t.Fatalf("tree holds %v, want %v", got, names)
+	}
+	for _, n := range got {
+		if !want[n] {
+			t.Fatalf("tree holds %v, want %v", got, names)
+		}
+	}
+}
+
+// mustLeftOut asserts that name is left out with an error wrapping want and
+// naming every word of words.
+func mustLeftOut(t *testing.T, left map[string]error, name string, want error, words ...string) {
+	t.Helper()
+	err, ok := left[name]
+	if !ok {
+		t.Fatalf("queue %q not reported as left out (reported: %v)", name, left)
+	}
+	if !errors.Is(err, want) {
+		t.Errorf("queue %q: error %v does not wrap %v", name, err, want)
+	}
+	for _, w := range append([]string{name}, words...) {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("queue %q: error %q does not name %q", name, err, w)
+		}
+	}
+}
+
+// One bad queue of each kind, each with a child, among valid queues: every
+// valid queue is kept, every bad one and its subtree left out and reported.
+func TestBuildTreePartialKeepsValidQueues(t *testing.T) {
+	specs := []QueueSpec{
+		qcap(t, "org", "", map[string]int64{CPU: 4000}),
+		q("team", "org"),
+		q("cyc-a", "cyc-b"), q("cyc-b", "cyc-a"), q("cyc-kid", "cyc-a"),
+		q("orphan", "ghost"), q("orphan-kid", "orphan"),
+		qcap(t, "greedy", "org", map[string]int64{CPU: 8000}), q("greedy-kid", "greedy"), q("greedy-grandkid", "greedy-kid"),
+		q("twin", ""), q("twin", "org"), q("twin-kid", "twin"),
+		{Name: "neg", Deserved: Resource{MilliCPU: -1}}, q("neg-kid", "neg"),
+		{Name: "odd", DequeueStrategy: "lifo"},
+		{Name: "trav", Parent: "org", DequeueStrategy: DequeueTraverse},
+		{Name: "", Parent: "org"},
+		q("later", ""),
+	}
+	tr, left := BuildTreePartial(specs)
+	mustKept(t, tr, "org", "team", "trav", "later")
+	mustLeftOut(t, left, "cyc-a", ErrQueueCycle, "cyc-a -> cyc-b -> cyc-a")
+	mustLeftOut(t, left, "cyc-b", ErrQueueCycle, "cyc-b -> cyc-a -> cyc-b")
+	mustLeftOut(t, left, "cyc-kid", ErrAncestorLeftOut, "cyc-a", "cycle")
+	mustLeftOut(t, left, "orphan", ErrUnknownParent, "ghost")
+	mustLeftOut(t, left, "orphan-kid", ErrAncestorLeftOut, "orphan", "ghost")
+	mustLeftOut(t, left, "greedy", ErrCapability, "org", "cpu=8", "cpu=4")
+	mustLeftOut(t, left, "greedy-kid", ErrAncestorLeftOut, "greedy")
+	mustLeftOut(t, left, "greedy-grandkid", ErrAncestorLeftOut, "greedy", "org")
+	mustLeftOut(t, left, "twin", ErrDuplicateQueue, "2 times")
+	mustLeftOut(t, left, "twin-kid", ErrAncestorLeftOut, "twin")
+	mustLeftOut(t, left, "neg", ErrNegative, "deserved")
+	mustLeftOut(t, left, "neg-kid", ErrAncestorLeftOut, "neg")
+	mustLeftOut(t, left, "odd", ErrQueueSpec, "lifo")
+	mustLeftOut(t, left, "", ErrQueueSpec, "empty name", "org")
+	if len(left) != 14 {
+		t.Errorf("%d queues reported, want 14: %v", len(left), left)
+	}
+	if s, _ := tr.Get("trav"); s.DequeueStrategy != DequeueTraverse {
+		t.Errorf("trav strategy %q", s.DequeueStrategy)
+	}
+	if s, _ := tr.Get("team"); s.DequeueStrategy != DequeueFIFO || s.Weight != 1 {
+		t.Errorf("team defaults: %+v", s)
+	}
+	// A left-out queue is unknown to jobs, and the refusal says why.
+	_, err := tr.JobPath("greedy-kid")
+	if !errors.Is(err, ErrUnknownQueue) || !strings.Contains(err.Error(), "greedy") || !strings.Contains(err.Error(), "left out") {
+		t.Errorf("JobPath(greedy-kid) error = %v, want ErrUnknownQueue saying greedy is left out", err)
+	}
+	// The strict builder refuses the same specs, naming a queue with a
+	// problem of its own (not one left out through an ancestor).
+	if _, err := BuildTree(specs); err == nil || errors.Is(err, ErrAncestorLeftOut) {
+		t.Errorf("BuildTree error = %v, want a root-cause error", err)
+	}
+	// What was kept is a valid tree by itself, and the same one.
+	again, err := BuildTree(tr.Specs())
+	if err != nil || !again.Equal(tr) {
+		t.Fatalf("BuildTree(kept specs) = %v, %v; want the same tree", again, err)
+	}
+}
+
+// A lowered parent capability leaves out the child whose capability is now
+// above it, not the parent: the parent's new bound applies to everything
+// kept below it.
+func TestBuildTreePartialLoweredParentCapability(t *testing.T) {
+	tr, left := BuildTreePartial([]QueueSpec{
+		qcap(t, "parent", "", map[string]int64{CPU: 2000}),
+		qcap(t, "big", "parent", map[string]int64{CPU: 3000}),
+		qcap(t, "small", "parent", map[string]int64{CPU: 1000}),
+		q("free", "parent"),
+	})
+	mustKept(t, tr, "parent", "small", "free")
+	mustLeftOut(t, left, "big", ErrCapability, "parent", "cpu=3", "cpu=2")
+	if p, _ := tr.Get("parent"); p.Capability.String() != "cpu=2" {
+		t.Errorf("parent capability %s, want cpu=2", p.Capability)
+	}
+}
+
+// Root and default declared invalid are replaced by the implicit queues;
+// the declared default's children are left out with it.
+func TestBuildTreePartialInvalidRootAndDefault(t *testing.T) {
+	tr, left := BuildTreePartial([]QueueSpec{
+		q(RootQueue, "team"), q("team", ""),
+		{Name: DefaultQueue, Parent: "ghost"}, q("def-kid", DefaultQueue),
+	})
+	mustKept(t, tr, "team")
+	mustLeftOut(t, left, RootQueue, ErrQueueCycle, "team", "implicit root")
+	mustLeftOut(t, left, DefaultQueue, ErrUnknownParent, "ghost", "implicit default")
+	mustLeftOut(t, left, "def-kid", ErrAncestorLeftOut, DefaultQueue)
+	if !tr.IsLeaf(DefaultQueue) {
+		t.Errorf("implicit default has children %v", tr.Children(DefaultQueue))
+	}
+	if p, err := tr.JobPath(DefaultQueue); err != nil || len(p) != 2 {
+		t.Errorf("JobPath(default) = %v, %v", p, err)
+	}
+}
+
+func TestBuildTreePartialValidHasNoErrors(t *testing.T) {
+	tr, left := BuildTreePartial([]QueueSpec{q("a", ""), q("b", "a")})
+	if len(left) != 0 || len(tr.LeftOut()) != 0 {
+		t.Fatalf("valid specs reported %v", left)
+	}
+	mustKept(t, tr, "a", "b")
+}
+
+func TestEqualSpecs(t *testing.T) {
+	base := []QueueSpec{qcap(t, "a", "", map[string]int64{CPU: 1000}), q("b", "a")}
+	same := []QueueSpec{q("b", "a"), qcap(t, "a", "", map[string]int64{CPU: 1000})}
+	if !EqualSpecs(base, same) {
+		t.Error("reordered specs not equal")
+	}
+	for name, other := range map[string][]QueueSpec{
+		"capability": {qcap(t, "a", "", map[string]int64{CPU: 2000}), q("b", "a")},
+		"unset dim":  {q("a", ""), q("b", "a")},
+		"parent":     {qcap(t, "a", "", map[string]int64{CPU: 1000}), q("b", "")},
+		"weight":     {qcap(t, "a", "", map[string]int64{CPU: 1000}), {Name: "b", Parent: "a", Weight: 2}},
+		"strategy":   {qcap(t, "a", "", map[string]int64{CPU: 1000}), {Name: "b", Parent: "a", DequeueStrategy: DequeueTraverse}},
+		"deserved":   {qcap(t, "a", "", map[string]int64{CPU: 1000}), {Name: "b", Parent: "a", Deserved: res(1, 0)}},
+		"guarantee":  {qcap(t, "a", "", map[string]int64{CPU: 1000}), {Name: "b", Parent: "a", Guarantee: res(0, 1)}},
+		"missing":    {qcap(t, "a", "", map[string]int64{CPU: 1000})},
+	} {
+		if EqualSpecs(base, other) {
+			t.Errorf("%s: specs differ but compare equal", name)
+		}
+	}
+	t1, t2 := mustTree(t, base), mustTree(t, same)
+	if !t1.Equal(t2) || t1.Equal(mustTree(t, base[:1])) || t1.Equal(nil) || !(*Tree)(nil).Equal(nil) {
+		t.Error("Tree.Equal disagrees with the specs")
+	}
+	// Normalized and raw spellings of the same queue build equal trees.
+	if !mustTree(t, []QueueSpec{{Name: "x", Parent: RootQueue, Weight: 1, DequeueStrategy: DequeueFIFO}}).Equal(mustTree(t, []QueueSpec{q("x", "")})) {
+		t.Error("defaults not normalized")
+	}
+}
