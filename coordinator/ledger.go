@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/shardsched/shardsched/api"
@@ -215,6 +216,21 @@ func (l *Ledger) Release(uid string) (res Reservation, found bool) {
 		return Reservation{}, false
 	}
 	delete(l.res, uid)
+	l.unbook(r)
+	return r.clone(), true
+}
+
+// book adds r's amount to the usage of every queue on its path.
+func (l *Ledger) book(r *Reservation) {
+	for _, q := range r.Path {
+		u, _ := l.usage[q].Add(r.Amount)
+		l.usage[q] = u
+	}
+}
+
+// unbook takes r's amount off the usage of every queue on its path; a usage
+// that reaches zero is dropped.
+func (l *Ledger) unbook(r *Reservation) {
 	for _, q := range r.Path {
 		u, _ := l.usage[q].Sub(r.Amount)
 		if u.IsZero() {
@@ -223,25 +239,92 @@ func (l *Ledger) Release(uid string) (res Reservation, found bool) {
 			l.usage[q] = u
 		}
 	}
-	return r.clone(), true
 }
 
-// SetTree replaces the queue tree. The specs are validated first; on error
-// the ledger is unchanged. Existing reservations are never cancelled, even
-// when a capability falls below usage: new reservations are blocked until
-// usage falls below it. A reservation whose queue still exists is counted
-// along its queue's new path.
+// SetTree replaces the queue tree. The specs are validated as a whole
+// (api.BuildTree); on error the ledger is unchanged: shards send the valid
+// part of their tree (api.BuildTreePartial), so an invalid list here is a
+// caller's bug. Existing reservations are never cancelled, even when a
+// capability falls below usage: new reservations are blocked at once, at
+// every level, until usage falls below it. A reservation whose queue still
+// exists is counted along its queue's new path; one whose queue is gone
+// keeps counting along its old path until released.
+//
+// Cost: a change that keeps every queue's path (capabilities, deserved,
+// weights, strategies, leaves added or removed) is O(queues): usage is the
+// sum of reservations along paths, which did not change. Only when some
+// queue's path changed are the reservations of those queues moved, found in
+// one pass over the reservations.
 func (l *Ledger) SetTree(specs []api.QueueSpec) (*api.Tree, error) {
 	tree, err := api.BuildTree(specs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	l.tree = tree
-	l.recompute()
+	l.useTree(tree)
 	return tree, nil
 }
 
-// Restore inserts a reservation read back from storage, as is.
+// useTree installs tree and moves the reservations of queues whose path
+// changed.
+func (l *Ledger) useTree(tree *api.Tree) {
+	old := l.tree
+	l.tree = tree
+	if old == tree {
+		return
+	}
+	if moved := movedQueues(old, tree); len(moved) > 0 {
+		l.repath(moved)
+	}
+}
+
+// movedQueues returns the queues of cur whose path to the root differs from
+// their path in old (or that old does not hold): a queue whose parent
+// changed, and every queue below it.
+func movedQueues(old, cur *api.Tree) map[string]bool {
+	memo := map[string]bool{}
+	var moved func(n string) bool
+	moved = func(n string) bool {
+		if m, ok := memo[n]; ok {
+			return m
+		}
+		s, _ := cur.Get(n)
+		o, inOld := old.Get(n)
+		m := !inOld || o.Parent != s.Parent
+		if !m && n != api.RootQueue {
+			m = moved(s.Parent) // depth of a valid tree: no cycle
+		}
+		memo[n] = m
+		return m
+	}
+	out := map[string]bool{}
+	for _, n := range cur.Names() {
+		if moved(n) {
+			out[n] = true
+		}
+	}
+	return out
+}
+
+// repath moves each reservation of a moved queue from its recorded path to
+// its queue's path in the current tree.
+func (l *Ledger) repath(moved map[string]bool) {
+	for _, r := range l.res {
+		if !moved[r.Queue] {
+			continue
+		}
+		p, err := l.tree.Path(r.Queue)
+		if err != nil || slices.Equal(p, r.Path) {
+			continue
+		}
+		l.unbook(r)
+		r.Path = p
+		l.book(r)
+	}
+}
+
+// Restore inserts a reservation read back from storage, as is; it is
+// counted along its queue's path when the queue exists, else along its
+// stored path.
 func (l *Ledger) Restore(r Reservation) {
 	if old, ok := l.res[r.Job.UID]; ok {
 		l.Release(old.Job.UID)
@@ -251,21 +334,5 @@ func (l *Ledger) Restore(r Reservation) {
 		rc.Path = p
 	}
 	l.res[rc.Job.UID] = &rc
-	for _, q := range rc.Path {
-		u, _ := l.usage[q].Add(rc.Amount)
-		l.usage[q] = u
-	}
-}
-
-func (l *Ledger) recompute() {
-	l.usage = map[string]api.Resource{}
-	for _, r := range l.res {
-		if p, err := l.tree.Path(r.Queue); err == nil {
-			r.Path = p
-		}
-		for _, q := range r.Path {
-			u, _ := l.usage[q].Add(r.Amount)
-			l.usage[q] = u
-		}
-	}
+	l.book(&rc)
 }

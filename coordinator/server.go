@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -455,11 +456,19 @@ func (t *term) load(ctx context.Context) (int64, error) {
 			return 0, fmt.Errorf("load queue tree: %w", err)
 		}
 	}
-	tree, err := api.BuildTree(specs)
-	if err != nil {
-		// A stored tree was valid when written; refuse to lead on garbage
-		// rather than guess.
-		return 0, fmt.Errorf("stored queue tree invalid: %w", err)
+	// A stored tree was valid when written, but the rules may have grown
+	// since: keep every queue still valid and say what is left out, rather
+	// than refuse to lead (which would stop every admission).
+	tree, left := api.BuildTreePartial(specs)
+	if len(left) > 0 {
+		names := make([]string, 0, len(left))
+		for n := range left {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			t.s.log.Warn("stored queue tree: queue left out", "queue", n, "err", left[n])
+		}
 	}
 	t.ledger = NewLedger(tree)
 	t.revs = map[string]int64{}
