@@ -151,14 +151,32 @@ func BuildTree(specs []QueueSpec) (*Tree, error) {
 //
 // Cost: O(queues × depth) time; nothing panics whatever the input.
 func BuildTreePartial(specs []QueueSpec) (*Tree, map[string]error) {
-	left := map[string]error{}
+	return BuildTreeExcluding(specs, nil)
+}
+
+// BuildTreeExcluding is BuildTreePartial with queues already known to be
+// invalid (a Queue object that could not be converted, say): each name in
+// invalid is left out with its error, whatever specs declare under that
+// name, and its descendants are left out naming it.
+func BuildTreeExcluding(specs []QueueSpec, invalid map[string]error) (*Tree, map[string]error) {
+	left := make(map[string]error, len(invalid))
 	// 1. Each declaration by itself.
-	count := make(map[string]int, len(specs))
+	count := make(map[string]int, len(specs)+len(invalid))
+	for n, err := range invalid {
+		if err == nil {
+			err = fmt.Errorf("%w: queue %q", ErrQueueSpec, n)
+		}
+		left[n] = err
+		count[n]++
+	}
 	for _, s := range specs {
 		count[s.Name]++
 	}
 	decl := make(map[string]QueueSpec, len(specs)+2)
 	for _, s := range specs {
+		if _, ok := invalid[s.Name]; ok {
+			continue
+		}
 		if s.Name == "" {
 			left[""] = fmt.Errorf("%w: queue with empty name (parent %q)", ErrQueueSpec, s.Parent)
 			continue

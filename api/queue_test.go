@@ -558,3 +558,18 @@ func TestEqualSpecs(t *testing.T) {
 		t.Error("defaults not normalized")
 	}
 }
+
+// Queues known to be invalid before building (a failed conversion) are left
+// out with their own error, and their children name them.
+func TestBuildTreeExcluding(t *testing.T) {
+	conv := errors.New(`queue "bad" capability: negative resource quantity: cpu is -1`)
+	tr, left := BuildTreeExcluding([]QueueSpec{q("bad", ""), q("kid", "bad"), q("fine", "")}, map[string]error{"bad": conv, DefaultQueue: conv})
+	mustKept(t, tr, "fine")
+	if left["bad"] != conv {
+		t.Errorf("bad: %v, want the conversion error as is", left["bad"])
+	}
+	mustLeftOut(t, left, "kid", ErrAncestorLeftOut, "bad", "cpu is -1")
+	if err := left[DefaultQueue]; err == nil || !strings.Contains(err.Error(), "implicit default") {
+		t.Errorf("default: %v, want the conversion error and the implicit default used", err)
+	}
+}
