@@ -33,15 +33,29 @@ type Cluster struct {
 	nodes    map[string]*simNode
 	nodeList []string // creation order
 	pods     map[string]*simPod
-	jobs     map[string]*simJob
-	byName   map[string]*simJob // jobs by PodGroup name
-	ends     endHeap            // bound pods by end time
+	// jobs are the workloads (Volcano jobs, Deployments, batch Jobs) by
+	// the name of the PodGroup their pods carry; groups are the PodGroups
+	// by UID, groupUIDs their UIDs by name. An implicit group exists only
+	// once the scheduler created it, and outlives its workload until the
+	// scheduler deletes it.
+	jobs      map[string]*simJob
+	groups    map[string]*simGroup
+	groupUIDs map[string]string
+	ends      endHeap // bound pods by end time
+	// creates are the pods the Job controller will create (after
+	// ControllerDelay), in time order.
+	creates  []podCreate
 	uid      int64
 	gpuEvery int
-	// queue paths (leaf first) and capabilities, for the quota invariant
+	// queue paths (leaf first, root last) and capabilities of the tree the
+	// run declares, for the quota invariant
 	paths map[string][]string
 	caps  map[string]api.Limit
-	used  map[string]api.Resource // every queue level: requests of bound, running pods
+	used  map[string]api.Resource // every queue level: requests of bound, unfinished pods
+	// overruns are the first quota overruns seen (at binds and samples).
+	overruns []Overrun
+	// overrunsByKind counts overrunning binds by job kind.
+	overrunsByKind map[string]int64
 	// pendingCPU is the milli-CPU of pending pods per leaf queue;
 	// pendingPods counts them all.
 	pendingCPU  map[string]int64
@@ -53,13 +67,36 @@ type Cluster struct {
 	lat   latencyHist // submit→bind, virtual
 }
 
+// ControllerDelay is how long the simulated Job controller takes to create
+// a batch Job's next pod after one succeeds: longer than a step, so the
+// scheduler sees the moment between two waves when nothing is pending.
+const ControllerDelay = time.Second
+
+// maxOverrunsKept bounds the overruns kept for the notes, per source.
+const maxOverrunsKept = 5
+
 // Stats are the cluster's counters.
 type Stats struct {
-	Binds, BindRefused, Events       int64
-	QueueWrites, PodGroupWrites      int64
-	QuotaOverruns, DoubleBookedNodes int64
-	PodsBoundTwice, UnfencedBinds    int64
-	Submitted, Completed, Evicted    int64
+	Binds, BindRefused, Events    int64
+	QueueWrites, PodGroupWrites   int64
+	DoubleBookedNodes             int64
+	PodsBoundTwice, UnfencedBinds int64
+	Submitted, Completed, Evicted int64
+	// QuotaOverruns counts, for every bind, each queue level (the pod's
+	// leaf queue and every ancestor) that the bind left above its
+	// capability in some dimension: requests of the bound, unfinished pods
+	// of the queue's subtree, from the pods themselves.
+	QuotaOverruns int64
+	// QuotaOverrunSamples counts, at every CheckQuota (each sample), the
+	// queue levels above capability in a recount over every pod.
+	QuotaOverrunSamples int64
+	// QuotaBooksMismatch counts queue levels whose running sum (kept at
+	// binds and ends) differed from the recount: a bug in this model.
+	QuotaBooksMismatch int64
+	// Implicit PodGroups created and deleted through the Groups port;
+	// GroupsDeletedUnderPods counts deletes of a group whose pods still
+	// ran or waited (their pods would then wait forever).
+	GroupsCreated, GroupsDeleted, GroupsDeletedUnderPods int64
 	// WritersPerQueue and WritersPerPodGroup are the largest numbers of
 	// different shards that wrote one object's status (one writer per
 	// object: 1, more only across an ownership change).
@@ -80,21 +117,59 @@ type simPod struct {
 	index int // in ends; -1 when not there
 }
 
+// simJob is a workload: what creates a job's pods (a Volcano job, a
+// ReplicaSet, the Job controller).
 type simJob struct {
-	j       api.Job
+	name    string // the workload's; its pods are name-0, name-1, ...
+	group   string // the PodGroup its pods carry
 	pods    map[string]*simPod
-	done    int
-	size    int
+	created int // pods created so far, replacements of evicted ones aside
+	done    int // pods succeeded
+	size    int // pods to succeed (a batch Job's completions)
 	doneAt  time.Time
 	spec    JobSpec
-	writers map[string]bool
+	sched   string // the pods' schedulerName
 	why     string // the last FailedScheduling or Unschedulable message
+}
+
+// simGroup is a PodGroup.
+type simGroup struct {
+	j       api.Job
+	writers map[string]bool
+	rv      int64
+}
+
+// podCreate is a pod the Job controller will create at a time.
+type podCreate struct {
+	at  time.Time
+	job *simJob
+}
+
+// Overrun is one queue level found above its capability.
+type Overrun struct {
+	At       time.Duration // virtual time since the start
+	Queue    string
+	Resource string
+	Used     int64
+	Cap      int64
+	// Pod and Kind name the bind that overran; empty for a sample.
+	Pod, Kind string
+}
+
+func (o Overrun) String() string {
+	what := "at a sample"
+	if o.Pod != "" {
+		what = fmt.Sprintf("binding %s (%s)", o.Pod, o.Kind)
+	}
+	return fmt.Sprintf("%.1f s, %s: queue %s %s %s > capability %s", o.At.Seconds(), what, o.Queue, o.Resource,
+		api.FormatQuantity(o.Resource, o.Used), api.FormatQuantity(o.Resource, o.Cap))
 }
 
 // NewCluster returns a cluster with n nodes of the workload's shape.
 func NewCluster(w *Workload, n int, tree *api.Tree) (*Cluster, error) {
 	c := &Cluster{start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nodes: map[string]*simNode{}, pods: map[string]*simPod{},
-		jobs: map[string]*simJob{}, byName: map[string]*simJob{}, paths: map[string][]string{}, caps: map[string]api.Limit{}, used: map[string]api.Resource{},
+		jobs: map[string]*simJob{}, groups: map[string]*simGroup{}, groupUIDs: map[string]string{}, paths: map[string][]string{},
+		caps: map[string]api.Limit{}, used: map[string]api.Resource{}, overrunsByKind: map[string]int64{},
 		pendingCPU: map[string]int64{}, queueWriters: map[string]map[string]bool{}, gpuEvery: w.Node.GPUEvery}
 	for _, spec := range tree.Specs() {
 		p, err := tree.Path(spec.Name)
@@ -164,8 +239,8 @@ func (c *Cluster) Subscribe(ca *cache.Cache) {
 			ca.AddOrUpdateNode(n.n)
 		}
 	}
-	for _, j := range c.jobs {
-		ca.AddOrUpdateJob(j.j)
+	for _, g := range c.groups {
+		ca.AddOrUpdateJob(g.j)
 	}
 	for _, p := range c.pods {
 		ca.AddOrUpdateTask(p.t)
@@ -185,8 +260,11 @@ func (c *Cluster) Unsubscribe(ca *cache.Cache) {
 	}
 }
 
-// Submit creates a job's PodGroup and pods (pending) at the current
-// virtual time.
+const namespace = "bench"
+
+// Submit creates a job at the current virtual time: its PodGroup unless
+// its pods name none (the scheduler then creates an implicit one), and the
+// pods it has at once, pending.
 func (c *Cluster) Submit(js JobSpec, schedulerName string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -197,17 +275,59 @@ func (c *Cluster) Submit(js JobSpec, schedulerName string) {
 		now = c.Now()
 	}
 	name := fmt.Sprintf("job-%d", js.Seq)
-	j := &simJob{j: api.Job{Namespace: "bench", Name: name, UID: c.nextUID("pg"), Queue: js.Queue, MinMember: int32(js.Size),
-		Phase: api.JobPending, Created: now}, pods: map[string]*simPod{}, size: js.Size, spec: js, writers: map[string]bool{}}
-	c.jobs[j.j.UID] = j
-	c.byName[j.j.Name] = j
+	group := name
+	if js.Implicit {
+		// As kube.ImplicitGroupName names it: one group per owner.
+		owner := "job"
+		if js.kind() == KindDeployment {
+			owner = "replicaset"
+		}
+		group = "shardsched-" + owner + "-" + name
+	}
+	j := &simJob{name: name, group: group, pods: map[string]*simPod{}, size: js.Size, spec: js, sched: schedulerName}
+	c.jobs[group] = j
+	if !js.Implicit {
+		pg := api.Job{Namespace: namespace, Name: group, Queue: js.Queue, MinMember: js.minMember(), Phase: api.JobPending, Created: now}
+		if js.MinMilliCPU > 0 {
+			r := api.NewResource(js.MinMilliCPU, 0, nil)
+			pg.MinResources = &r
+		}
+		c.addGroupLocked(pg)
+	}
+	for i := 0; i < js.parallel(); i++ {
+		c.createPodLocked(j, now)
+	}
+}
+
+// addGroupLocked creates a PodGroup, giving it a UID and a resourceVersion.
+func (c *Cluster) addGroupLocked(pg api.Job) *simGroup {
+	pg.UID = c.nextUID("pg")
+	g := &simGroup{j: pg, writers: map[string]bool{}, rv: 1}
+	g.j.ResourceVersion = "1"
+	c.groups[pg.UID] = g
+	c.groupUIDs[pg.Name] = pg.UID
 	for _, ca := range c.caches {
-		ca.AddOrUpdateJob(j.j)
+		ca.AddOrUpdateJob(g.j)
 	}
-	for i := 0; i < js.Size; i++ {
-		c.newPodLocked(j, fmt.Sprintf("%s-%d", name, i), schedulerName, now)
+	return g
+}
+
+// deleteGroupLocked deletes a PodGroup.
+func (c *Cluster) deleteGroupLocked(g *simGroup) {
+	delete(c.groups, g.j.UID)
+	if c.groupUIDs[g.j.Name] == g.j.UID {
+		delete(c.groupUIDs, g.j.Name)
 	}
-	c.stats.Submitted += int64(js.Size)
+	for _, ca := range c.caches {
+		ca.DeleteJob(g.j.UID)
+	}
+}
+
+// createPodLocked creates the job's next pod.
+func (c *Cluster) createPodLocked(j *simJob, now time.Time) {
+	c.newPodLocked(j, fmt.Sprintf("%s-%d", j.name, j.created), j.sched, now)
+	j.created++
+	c.stats.Submitted++
 }
 
 func (c *Cluster) newPodLocked(j *simJob, name, schedulerName string, now time.Time) {
@@ -215,12 +335,12 @@ func (c *Cluster) newPodLocked(j *simJob, name, schedulerName string, now time.T
 	if j.spec.GPU > 0 {
 		scal["nvidia.com/gpu"] = j.spec.GPU
 	}
-	p := &simPod{job: j, life: j.spec.Lifetime, index: -1, t: api.Task{Namespace: j.j.Namespace, Name: name, UID: c.nextUID("pod"),
-		Job: j.j.Name, Request: api.NewResource(j.spec.CPU, j.spec.Memory, scal), Phase: api.TaskPending,
-		SchedulerName: schedulerName, Created: now}}
+	p := &simPod{job: j, life: j.spec.Lifetime, index: -1, t: api.Task{Namespace: namespace, Name: name, UID: c.nextUID("pod"),
+		Job: j.group, Implicit: j.spec.Implicit, Queue: j.spec.Queue, Request: api.NewResource(j.spec.CPU, j.spec.Memory, scal),
+		Phase: api.TaskPending, SchedulerName: schedulerName, Created: now}}
 	j.pods[p.t.UID] = p
 	c.pods[p.t.UID] = p
-	c.pendingCPU[j.j.Queue] += j.spec.CPU
+	c.pendingCPU[j.spec.Queue] += j.spec.CPU
 	c.pendingPods++
 	for _, ca := range c.caches {
 		ca.AddOrUpdateTask(p.t)
@@ -273,15 +393,9 @@ func (c *Cluster) Bind(t *api.Task, node, shard string, fenced bool) error {
 	p.t.NodeName, p.t.Phase = node, api.TaskRunning
 	p.end = now.Add(p.life)
 	heap.Push(&c.ends, p)
-	c.pendingCPU[p.job.j.Queue] -= p.job.spec.CPU
+	c.pendingCPU[p.job.spec.Queue] -= p.job.spec.CPU
 	c.pendingPods--
-	for _, q := range c.paths[p.job.j.Queue] {
-		u, _ := c.used[q].Add(req.With(api.Pods, 0))
-		c.used[q] = u
-		if _, _, over := c.caps[q].Excess(u); over {
-			c.stats.QuotaOverruns++
-		}
-	}
+	c.bookQuotaLocked(p)
 	c.stats.Binds++
 	c.lat.add(now.Sub(p.t.Created))
 	for _, ca := range c.caches {
@@ -296,17 +410,124 @@ func (c *Cluster) unbookLocked(p *simPod) {
 		n.used, _ = n.used.Sub(p.t.Request)
 		delete(n.pods, p.t.UID)
 	}
-	for _, q := range c.paths[p.job.j.Queue] {
-		c.used[q], _ = c.used[q].Sub(p.t.Request.With(api.Pods, 0))
+	for _, q := range c.paths[p.job.spec.Queue] {
+		c.used[q], _ = c.used[q].Sub(p.t.Request)
 	}
 	if p.index >= 0 {
 		heap.Remove(&c.ends, p.index)
 	}
 }
 
-// advance moves the clock to d: pods whose time is up succeed, and jobs
-// finished for more than retain are deleted with their pods (a TTL
-// controller).
+// bookQuotaLocked adds a pod just bound to its leaf queue and every
+// ancestor, and counts each level it leaves above its capability.
+func (c *Cluster) bookQuotaLocked(p *simPod) {
+	for _, q := range c.paths[p.job.spec.Queue] {
+		u, err := c.used[q].Add(p.t.Request)
+		if err != nil {
+			continue // overflow: cannot happen with the workload's sizes
+		}
+		c.used[q] = u
+		over := false
+		for _, d := range c.caps[q].Dims() {
+			limit, _ := c.caps[q].Get(d)
+			if u.Get(d) <= limit {
+				continue
+			}
+			over = true
+			if len(c.overruns) < maxOverrunsKept {
+				c.overruns = append(c.overruns, Overrun{At: c.Elapsed(), Queue: q, Resource: d, Used: u.Get(d), Cap: limit,
+					Pod: p.t.Key(), Kind: p.job.kindLabel()})
+			}
+		}
+		if over {
+			c.stats.QuotaOverruns++
+			c.overrunsByKind[p.job.kindLabel()]++
+		}
+	}
+}
+
+// kindLabel names the job's kind and PodGroup style, e.g. "deployment,
+// implicit group".
+func (j *simJob) kindLabel() string {
+	if j.spec.Implicit {
+		return j.spec.kind() + ", implicit group"
+	}
+	return j.spec.kind()
+}
+
+// CheckQuota recounts, from every bound and unfinished pod, the requests
+// of each queue's subtree (the pod's leaf and every ancestor in the run's
+// tree) and counts each queue above its capability in some dimension; it
+// returns how many were. It also counts levels where the running sums
+// kept at binds differ from the recount (a bug of this model). It never
+// reads a ledger: only the pods.
+func (c *Cluster) CheckQuota() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	recount := map[string]api.Resource{}
+	for _, p := range c.pods {
+		if p.t.NodeName == "" || p.t.Phase.Terminal() {
+			continue
+		}
+		for _, q := range c.paths[p.job.spec.Queue] {
+			if u, err := recount[q].Add(p.t.Request); err == nil {
+				recount[q] = u
+			}
+		}
+	}
+	at := c.Elapsed()
+	over := 0
+	for q := range c.paths {
+		u := recount[q]
+		if !u.Equal(c.used[q]) {
+			c.stats.QuotaBooksMismatch++
+		}
+		hit := false
+		for _, d := range c.caps[q].Dims() {
+			limit, _ := c.caps[q].Get(d)
+			if u.Get(d) <= limit {
+				continue
+			}
+			hit = true
+			if c.sampleOverrunsLocked() < maxOverrunsKept {
+				c.overruns = append(c.overruns, Overrun{At: at, Queue: q, Resource: d, Used: u.Get(d), Cap: limit})
+			}
+		}
+		if hit {
+			over++
+		}
+	}
+	c.stats.QuotaOverrunSamples += int64(over)
+	return over
+}
+
+func (c *Cluster) sampleOverrunsLocked() int {
+	n := 0
+	for _, o := range c.overruns {
+		if o.Pod == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// Overruns returns the first overruns seen at binds and at samples, and
+// the overrunning binds by job kind.
+func (c *Cluster) Overruns() ([]Overrun, map[string]int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	byKind := make(map[string]int64, len(c.overrunsByKind))
+	for k, v := range c.overrunsByKind {
+		byKind[k] = v
+	}
+	return append([]Overrun(nil), c.overruns...), byKind
+}
+
+// advance moves the clock to d: pods whose time is up succeed (a batch
+// Job's controller then creates its next pod, ControllerDelay later), and
+// workloads finished for more than retain are deleted with their pods (a
+// TTL controller), and with their PodGroup unless it is implicit (the
+// scheduler deletes those).
 func (c *Cluster) advance(d time.Duration, retain time.Duration) {
 	c.setElapsed(d)
 	c.mu.Lock()
@@ -317,15 +538,26 @@ func (c *Cluster) advance(d time.Duration, retain time.Duration) {
 		c.unbookLocked(p)
 		p.t.Phase = api.TaskSucceeded
 		c.stats.Completed++
-		p.job.done++
-		if p.job.done >= p.job.size {
-			p.job.doneAt = now
+		j := p.job
+		j.done++
+		if j.done >= j.size {
+			j.doneAt = now
+		}
+		if j.created < j.size {
+			c.creates = append(c.creates, podCreate{at: p.end.Add(ControllerDelay), job: j})
 		}
 		for _, ca := range c.caches {
 			ca.AddOrUpdateTask(p.t)
 		}
 	}
-	for uid, j := range c.jobs {
+	for len(c.creates) > 0 && !c.creates[0].at.After(now) {
+		pc := c.creates[0]
+		c.creates = c.creates[1:]
+		if c.jobs[pc.job.group] == pc.job && pc.job.created < pc.job.size {
+			c.createPodLocked(pc.job, pc.at)
+		}
+	}
+	for name, j := range c.jobs {
 		if j.doneAt.IsZero() || now.Sub(j.doneAt) < retain {
 			continue
 		}
@@ -335,10 +567,9 @@ func (c *Cluster) advance(d time.Duration, retain time.Duration) {
 				ca.DeleteTask(puid)
 			}
 		}
-		delete(c.jobs, uid)
-		delete(c.byName, j.j.Name)
-		for _, ca := range c.caches {
-			ca.DeleteJob(uid)
+		delete(c.jobs, name)
+		if g := c.groups[c.groupUIDs[j.group]]; g != nil && !g.j.Implicit {
+			c.deleteGroupLocked(g)
 		}
 	}
 }
@@ -459,14 +690,18 @@ func (c *Cluster) sample(leaves []LeafQueue, withJobs bool) sample {
 	s.pending = c.pendingPods
 	if withJobs {
 		s.runningJobs = map[string]bool{}
-		for uid, j := range c.jobs {
+		for uid, g := range c.groups {
+			j := c.jobs[g.j.Name]
+			if j == nil {
+				continue
+			}
 			bound := 0
 			for _, p := range j.pods {
 				if p.t.NodeName != "" && !p.t.Phase.Terminal() {
 					bound++
 				}
 			}
-			if bound >= j.size {
+			if bound >= int(max(g.j.MinMember, 1)) {
 				s.runningJobs[uid] = true
 			}
 		}
@@ -474,22 +709,32 @@ func (c *Cluster) sample(leaves []LeafQueue, withJobs bool) sample {
 	return s
 }
 
-// pendingBySize counts, per job size, the jobs with pending pods and the
-// longest any of them has waited, with the oldest one's last reason.
-func (c *Cluster) pendingBySize() map[int]pendingJobs {
+// jobClass is a job's kind and size, for the notes.
+type jobClass struct {
+	kind string
+	size int
+}
+
+// pendingByClass counts, per kind and size, the jobs with pending pods and
+// the longest any of them has waited, with the oldest one's last reason.
+func (c *Cluster) pendingByClass() map[jobClass]pendingJobs {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.Now()
-	out := map[int]pendingJobs{}
+	out := map[jobClass]pendingJobs{}
 	for _, j := range c.jobs {
 		for _, p := range j.pods {
 			if p.t.NodeName == "" && !p.t.Phase.Terminal() {
-				e := out[j.size]
+				k := jobClass{j.kindLabel(), j.size}
+				e := out[k]
 				e.jobs++
 				if w := now.Sub(p.t.Created).Seconds(); w >= e.oldest {
 					e.oldest, e.why, e.gpu = w, j.why, j.spec.GPU > 0
 				}
-				out[j.size] = e
+				if g := c.groups[c.groupUIDs[j.group]]; g != nil && g.j.Phase == api.JobCompleted {
+					e.inCompleted++
+				}
+				out[k] = e
 				break
 			}
 		}
@@ -498,20 +743,25 @@ func (c *Cluster) pendingBySize() map[int]pendingJobs {
 }
 
 type pendingJobs struct {
-	jobs   int
-	oldest float64
-	why    string
-	gpu    bool
+	inCompleted int // of them, jobs whose PodGroup is Completed
+	jobs        int
+	oldest      float64
+	why         string
+	gpu         bool
 }
 
-// jobSettled reports whether a job still exists and, if so, whether all its
-// pods are bound or finished.
+// jobSettled reports whether a PodGroup still exists and, if so, whether
+// all its pods are bound or finished.
 func (c *Cluster) jobSettled(uid string) (exists, settled bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	j, ok := c.jobs[uid]
+	g, ok := c.groups[uid]
 	if !ok {
 		return false, false
+	}
+	j := c.jobs[g.j.Name]
+	if j == nil {
+		return true, true
 	}
 	for _, p := range j.pods {
 		if p.t.NodeName == "" && !p.t.Phase.Terminal() {
@@ -638,18 +888,62 @@ func (w *StatusWriter) WritePodGroupStatus(_ context.Context, _, name, uid strin
 	w.c.mu.Lock()
 	defer w.c.mu.Unlock()
 	w.c.stats.PodGroupWrites++
-	j, ok := w.c.jobs[uid]
+	g, ok := w.c.groups[uid]
 	if !ok {
 		return nil // gone: nothing to write, nothing to retry
 	}
-	j.writers[w.shard] = true
-	w.c.stats.WritersPerPodGroup = max(w.c.stats.WritersPerPodGroup, len(j.writers))
-	if j.j.Phase != st.Phase {
-		j.j.Phase = st.Phase
+	g.writers[w.shard] = true
+	w.c.stats.WritersPerPodGroup = max(w.c.stats.WritersPerPodGroup, len(g.writers))
+	if g.j.Phase != st.Phase {
+		g.j.Phase = st.Phase
+		g.rv++
+		g.j.ResourceVersion = strconv.FormatInt(g.rv, 10)
 		for _, ca := range w.c.caches { // as the informers would
-			ca.AddOrUpdateJob(j.j)
+			ca.AddOrUpdateJob(g.j)
 		}
 	}
+	return nil
+}
+
+// Groups is one shard's view of the PodGroup API for implicit groups
+// (scheduler.Groups): creates like the API server (an existing name is not
+// an error) and deletes with UID and resourceVersion preconditions (F4).
+type Groups struct {
+	c *Cluster
+}
+
+// CreatePodGroup implements scheduler.Groups.
+func (g *Groups) CreatePodGroup(_ context.Context, ns, name, queue string, minMember int32) error {
+	g.c.mu.Lock()
+	defer g.c.mu.Unlock()
+	if _, ok := g.c.groupUIDs[name]; ok {
+		return nil
+	}
+	g.c.stats.GroupsCreated++
+	g.c.addGroupLocked(api.Job{Namespace: ns, Name: name, Queue: queue, MinMember: minMember, Phase: api.JobPending,
+		Created: g.c.Now(), Implicit: true})
+	return nil
+}
+
+// DeletePodGroup implements scheduler.Groups; a failed precondition or a
+// missing group is not an error.
+func (g *Groups) DeletePodGroup(_ context.Context, _, name, uid, resourceVersion string) error {
+	g.c.mu.Lock()
+	defer g.c.mu.Unlock()
+	pg, ok := g.c.groups[uid]
+	if !ok || pg.j.Name != name || (resourceVersion != "" && resourceVersion != pg.j.ResourceVersion) {
+		return nil
+	}
+	if j := g.c.jobs[name]; j != nil {
+		for _, p := range j.pods {
+			if !p.t.Phase.Terminal() {
+				g.c.stats.GroupsDeletedUnderPods++
+				break
+			}
+		}
+	}
+	g.c.stats.GroupsDeleted++
+	g.c.deleteGroupLocked(pg)
 	return nil
 }
 
@@ -664,7 +958,7 @@ func (r *Recorder) count(job, why string) {
 	if why == "" {
 		return
 	}
-	if j := r.c.byName[job]; j != nil {
+	if j := r.c.jobs[job]; j != nil {
 		j.why = why
 	}
 }

@@ -266,7 +266,7 @@ func (s *sim) startShard(ctx context.Context, name string) (err error) {
 	sh := p.sh
 	claims := shard.NewClaims(sh)
 	p.sched, err = scheduler.New(sc, scheduler.Deps{Cache: p.cache, Ownership: sh, Quota: p.quota, Recorder: &Recorder{c: s.cl}, Status: p.status,
-		Peers: sh, Claims: claims,
+		Peers: sh, Claims: claims, Groups: &Groups{c: s.cl},
 		Binder: &Binder{c: s.cl, shard: name, othersHold: func(node string) bool {
 			key := shard.PartitionKey(shard.Partition(node, parts))
 			for _, o := range *s.holders.Load() {
@@ -680,6 +680,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		if vt >= nextSample {
 			nextSample += sampleEvery
 			outOfSyncBad += int64(s.booksDrift())
+			s.cl.CheckQuota()
 			sm := s.cl.sample(s.leaves, false)
 			pending = sm.pending
 			st := s.cl.Stats()
@@ -748,6 +749,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 	cpu := (ProcessCPU() - cpu0).Seconds()
 	runtime.GC()
 	rssEnd := rssMiB()
+	s.cl.CheckQuota()
 	st := s.cl.Stats()
 	p50, p99, maxLat, cdf := s.cl.latencies()
 	sm := s.cl.sample(s.leaves, true)
@@ -792,6 +794,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		run.RSSGrowthPct = (rssEnd - rssWarm) / rssWarm * 100
 	}
 	run.Invariants["quota_overruns"] = st.QuotaOverruns
+	run.Invariants["quota_overruns_sampled"] = st.QuotaOverrunSamples
 	run.Invariants["double_booked_nodes"] = st.DoubleBookedNodes
 	run.Invariants["pods_bound_twice"] = st.PodsBoundTwice
 	run.Invariants["unfenced_binds"] = st.UnfencedBinds
@@ -803,14 +806,24 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		fmt.Sprintf("%d pods submitted, %d bound, %d completed, %d evicted by drains; %d binds refused by the API (already bound or gone)", st.Submitted, st.Binds, st.Completed, st.Evicted, st.BindRefused),
 		fmt.Sprintf("status writes: %d queue, %d PodGroup; most shards writing one queue: %d, one PodGroup: %d", st.QueueWrites, st.PodGroupWrites, st.WritersPerQueue, st.WritersPerPodGroup),
 		fmt.Sprintf("RSS: %.0f MiB before the shards started, %.0f MiB at the end of warm-up, %.0f MiB at the end (after GC); whole process: cluster model, embedded etcd and %d shards", rss0, rssWarm, rssEnd, cfg.Shards))
-	if ps := s.cl.pendingBySize(); len(ps) > 0 {
-		sizes := make([]int, 0, len(ps))
+	run.Notes = append(run.Notes, quotaNotes(s.cl, st)...)
+	if st.GroupsCreated > 0 || st.GroupsDeletedUnderPods > 0 {
+		run.Notes = append(run.Notes, fmt.Sprintf("implicit PodGroups: %d created and %d deleted by the shards; %d deleted while their pods still ran or waited",
+			st.GroupsCreated, st.GroupsDeleted, st.GroupsDeletedUnderPods))
+	}
+	if ps := s.cl.pendingByClass(); len(ps) > 0 {
+		classes := make([]jobClass, 0, len(ps))
 		for k := range ps {
-			sizes = append(sizes, k)
+			classes = append(classes, k)
 		}
-		sort.Ints(sizes)
+		sort.Slice(classes, func(a, b int) bool {
+			if classes[a].kind != classes[b].kind {
+				return classes[a].kind < classes[b].kind
+			}
+			return classes[a].size < classes[b].size
+		})
 		var parts []string
-		for _, k := range sizes {
+		for _, k := range classes {
 			e := ps[k]
 			why := e.why
 			if why == "" {
@@ -820,9 +833,13 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 			if e.gpu {
 				gpu = ", asks for GPUs"
 			}
-			parts = append(parts, fmt.Sprintf("size %d: %d jobs (oldest %.0f s%s: %q)", k, e.jobs, e.oldest, gpu, why))
+			completed := ""
+			if e.inCompleted > 0 {
+				completed = fmt.Sprintf(", %d of them in a PodGroup already Completed", e.inCompleted)
+			}
+			parts = append(parts, fmt.Sprintf("%s size %d: %d jobs (oldest %.0f s%s%s: %q)", k.kind, k.size, e.jobs, e.oldest, gpu, completed, why))
 		}
-		run.Notes = append(run.Notes, "jobs with pending pods at the end, by size: "+strings.Join(parts, ", "))
+		run.Notes = append(run.Notes, "jobs with pending pods at the end, by kind and size: "+strings.Join(parts, ", "))
 	}
 	if cfg.Chaos {
 		lost := 0
@@ -863,6 +880,38 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		run.Invariants["admitted_jobs_lost"] = int64(lost)
 	}
 	return run, nil
+}
+
+// quotaNotes describes the quota overruns found: how each count is made,
+// the first few (queue, resource, used vs capability, time) and the
+// overrunning binds by job kind.
+func quotaNotes(cl *Cluster, st Stats) []string {
+	out := []string{"quota_overruns counts binds × queue levels (leaf and every ancestor) left above capability, quota_overruns_sampled queue levels above capability at samples; both recount requests of bound, unfinished pods from the cluster model, never from the coordinator's ledger"}
+	if st.QuotaBooksMismatch > 0 {
+		out = append(out, fmt.Sprintf("BUG in the cluster model: its per-queue running sums differed from a recount over the pods %d times", st.QuotaBooksMismatch))
+	}
+	first, byKind := cl.Overruns()
+	if len(first) == 0 {
+		return out
+	}
+	parts := make([]string, 0, len(first))
+	for _, o := range first {
+		parts = append(parts, o.String())
+	}
+	out = append(out, "first quota overruns: "+strings.Join(parts, "; "))
+	kinds := make([]string, 0, len(byKind))
+	for k := range byKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	parts = parts[:0]
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %d", k, byKind[k]))
+	}
+	if len(parts) > 0 {
+		out = append(out, "overrunning binds by job kind: "+strings.Join(parts, ", "))
+	}
+	return out
 }
 
 func (s *sim) anyQuota() *coordinator.Client {

@@ -49,6 +49,11 @@ func TestWorkloadBadInput(t *testing.T) {
 		{"kind: drain", "kind: explode", "events[0]"},
 		{"parentCapabilityFraction: 0.4", "parentCapabilityFraction: 1.5", "parentCapabilityFraction"},
 		{"name: churn", "name: churn\nsurprise: 1", "unknown field"},
+		{"kind: deployment,", "kind: daemonset,", "jobs[4]"},
+		{"size: 8, minMember: 2}", "size: 8, minMember: 8}", "jobs[5]"},
+		{"minMilliCPU: 1}", "minMilliCPU: 1, podGroup: implicit}", "jobs[6]"},
+		{"{weight: 10, kind: batch, size: 12, parallelism: 4}", "{weight: 10, kind: batch, size: 12, parallelism: 12}", "jobs[7]"},
+		{"maxSize: 32,", "maxSize: 3,", "jobs[4]"},
 	} {
 		bad := strings.Replace(string(base), tc.from, tc.to, 1)
 		if bad == string(base) {

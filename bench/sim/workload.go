@@ -36,11 +36,8 @@ type Workload struct {
 		Weights                  []int32 `json:"weights"`
 		ParentCapabilityFraction float64 `json:"parentCapabilityFraction"`
 	} `json:"queues"`
-	Jobs []struct {
-		Weight int `json:"weight"`
-		Size   int `json:"size"`
-	} `json:"jobs"`
-	Pod struct {
+	Jobs []JobKind `json:"jobs"`
+	Pod  struct {
 		CPU []struct {
 			Value  int64 `json:"value"`
 			Weight int   `json:"weight"`
@@ -55,6 +52,123 @@ type Workload struct {
 	Events []NodeEvent `json:"events"`
 	// Burst submits Tier.Pods at t = 0 instead of a stream.
 	Burst bool `json:"burst"`
+}
+
+// Job kinds: what creates a job's pods and how its PodGroup says so.
+const (
+	// KindGang is a Volcano/Kubeflow job: an explicit PodGroup with
+	// minMember = size, every pod created at once (size 1: a single pod).
+	KindGang = "gang"
+	// KindElastic is an explicit PodGroup with minMember < size, all pods
+	// created at once, optionally with minResources below what its pods ask.
+	KindElastic = "elastic"
+	// KindDeployment is a ReplicaSet's pods: by default they name no
+	// PodGroup, so the scheduler creates an implicit one (minMember 1).
+	KindDeployment = "deployment"
+	// KindBatch is a batch/v1 Job with completions (size) above
+	// parallelism: parallelism pods at once, and the Job controller creates
+	// the next pod when one succeeds, in the same PodGroup, until size pods
+	// have succeeded.
+	KindBatch = "batch"
+)
+
+// PodGroup styles of a job kind.
+const (
+	GroupExplicit = "explicit" // the user's PodGroup, named by the pods
+	GroupImplicit = "implicit" // pods name none; the scheduler creates it
+)
+
+// JobKind is one entry of a workload's job mix.
+type JobKind struct {
+	Weight int `json:"weight"`
+	// Kind is gang (the default), elastic, deployment or batch.
+	Kind string `json:"kind,omitempty"`
+	// Size is the pods of a gang or elastic job, the replicas of a
+	// Deployment, the completions of a batch Job. With MaxSize, the size is
+	// drawn uniformly from Size..MaxSize.
+	Size    int `json:"size"`
+	MaxSize int `json:"maxSize,omitempty"`
+	// MinMember of an explicit PodGroup: elastic 1..size-1 (required);
+	// batch 1..parallelism (default parallelism); deployment 1..size
+	// (default 1). A gang's is its size; an implicit group's is 1.
+	MinMember int `json:"minMember,omitempty"`
+	// Parallelism of a batch Job: 1..size-1 pods at once (required).
+	Parallelism int `json:"parallelism,omitempty"`
+	// MinMilliCPU, when positive, is the explicit PodGroup's minResources
+	// (cpu only, in milli-CPU): e.g. 1 for "cpu: 1m", far below its pods.
+	MinMilliCPU int64 `json:"minMilliCPU,omitempty"`
+	// PodGroup is explicit or implicit; default implicit for deployment and
+	// batch (plain Kubernetes workloads), explicit for gang and elastic.
+	PodGroup string `json:"podGroup,omitempty"`
+	// CPU, when set, are the CPU choices (cores, equally likely) of this
+	// kind's pods instead of pod.cpu.
+	CPU []int64 `json:"cpu,omitempty"`
+	// LifetimeScale multiplies lifetime.meanSeconds (default 1): long-lived
+	// services above 1.
+	LifetimeScale float64 `json:"lifetimeScale,omitempty"`
+}
+
+// kind returns the kind, gang when unset.
+func (k JobKind) kind() string {
+	if k.Kind == "" {
+		return KindGang
+	}
+	return k.Kind
+}
+
+// implicit reports whether the kind's pods name no PodGroup.
+func (k JobKind) implicit() bool {
+	if k.PodGroup != "" {
+		return k.PodGroup == GroupImplicit
+	}
+	return k.kind() == KindDeployment || k.kind() == KindBatch
+}
+
+// meanSize is the mean number of pods a job of this kind creates over its life.
+func (k JobKind) meanSize() float64 {
+	if k.MaxSize > k.Size {
+		return float64(k.Size+k.MaxSize) / 2
+	}
+	return float64(k.Size)
+}
+
+// validate reports the first bad field of the kind.
+func (k JobKind) validate(nodeCPU int64) error {
+	kind := k.kind()
+	switch {
+	case kind != KindGang && kind != KindElastic && kind != KindDeployment && kind != KindBatch:
+		return fmt.Errorf("kind %q must be gang, elastic, deployment or batch", k.Kind)
+	case k.Weight < 1 || k.Size < 1 || k.Size > 10000:
+		return fmt.Errorf("weight %d must be ≥ 1 and size %d in 1..10000", k.Weight, k.Size)
+	case k.MaxSize != 0 && (k.MaxSize < k.Size || k.MaxSize > 10000):
+		return fmt.Errorf("maxSize %d must be size %d..10000 (or unset)", k.MaxSize, k.Size)
+	case k.PodGroup != "" && k.PodGroup != GroupExplicit && k.PodGroup != GroupImplicit:
+		return fmt.Errorf("podGroup %q must be explicit or implicit", k.PodGroup)
+	case k.implicit() && (kind == KindGang || kind == KindElastic):
+		return fmt.Errorf("podGroup: a %s job needs an explicit PodGroup (an implicit one has minMember 1)", kind)
+	case k.implicit() && (k.MinMember != 0 || k.MinMilliCPU != 0):
+		return fmt.Errorf("minMember %d, minMilliCPU %d: an implicit PodGroup sets neither", k.MinMember, k.MinMilliCPU)
+	case k.MinMember < 0 || k.MinMilliCPU < 0 || k.Parallelism < 0 || k.LifetimeScale < 0:
+		return fmt.Errorf("minMember %d, minMilliCPU %d, parallelism %d and lifetimeScale %v must not be negative", k.MinMember, k.MinMilliCPU, k.Parallelism, k.LifetimeScale)
+	case kind == KindGang && k.MinMember != 0:
+		return fmt.Errorf("minMember %d: a gang's minMember is its size (use kind elastic)", k.MinMember)
+	case kind == KindElastic && (k.MinMember < 1 || k.MinMember >= k.Size):
+		return fmt.Errorf("minMember %d: an elastic job needs 1..size-1 (size %d)", k.MinMember, k.Size)
+	case kind == KindDeployment && k.MinMember > k.Size:
+		return fmt.Errorf("minMember %d: above the replicas %d", k.MinMember, k.Size)
+	case kind == KindBatch && (k.Parallelism < 1 || k.Parallelism >= k.Size):
+		return fmt.Errorf("parallelism %d: a batch Job needs 1..size-1 (completions %d)", k.Parallelism, k.Size)
+	case kind == KindBatch && k.MinMember > k.Parallelism:
+		return fmt.Errorf("minMember %d: above the parallelism %d", k.MinMember, k.Parallelism)
+	case kind != KindBatch && k.Parallelism != 0:
+		return fmt.Errorf("parallelism %d: only for kind batch", k.Parallelism)
+	}
+	for i, c := range k.CPU {
+		if c < 1 || c > nodeCPU {
+			return fmt.Errorf("cpu[%d]: %d must be 1..node cpu %d", i, c, nodeCPU)
+		}
+	}
+	return nil
 }
 
 // Tier sizes a workload: the cluster and the arrival rate.
@@ -129,8 +243,8 @@ func (w *Workload) Validate() error {
 		}
 	}
 	for i, j := range w.Jobs {
-		if j.Weight < 1 || j.Size < 1 || j.Size > 10000 {
-			return fmt.Errorf("jobs[%d]: weight %d must be ≥ 1 and size %d in 1..10000", i, j.Weight, j.Size)
+		if err := j.validate(w.Node.CPU); err != nil {
+			return fmt.Errorf("jobs[%d]: %w", i, err)
 		}
 	}
 	for i, c := range w.Pod.CPU {
@@ -187,14 +301,51 @@ type LeafQueue struct {
 
 // JobSpec is one generated job.
 type JobSpec struct {
-	Seq      int
-	At       time.Duration // arrival, from the start of the run
-	Queue    string
-	Size     int
-	CPU      int64 // milli-CPU per pod
-	Memory   int64 // bytes per pod
-	GPU      int64 // per pod
-	Lifetime time.Duration
+	Seq   int
+	At    time.Duration // arrival, from the start of the run
+	Queue string
+	// Kind is gang, elastic, deployment or batch (empty: gang).
+	Kind string
+	// Size is the pods the job creates over its life (a batch Job's
+	// completions); Parallelism the pods it has at once (0: Size).
+	Size, Parallelism int
+	// Implicit: the pods name no PodGroup (the scheduler creates one with
+	// minMember 1). Otherwise the explicit PodGroup has MinMember (0: Size)
+	// and, when MinMilliCPU > 0, minResources of that much CPU.
+	Implicit    bool
+	MinMember   int
+	MinMilliCPU int64
+	CPU         int64 // milli-CPU per pod
+	Memory      int64 // bytes per pod
+	GPU         int64 // per pod
+	Lifetime    time.Duration
+}
+
+// kind is the job's kind, gang when unset.
+func (j JobSpec) kind() string {
+	if j.Kind == "" {
+		return KindGang
+	}
+	return j.Kind
+}
+
+// parallel is the number of pods the job has at once.
+func (j JobSpec) parallel() int {
+	if j.Parallelism <= 0 || j.Parallelism > j.Size {
+		return j.Size
+	}
+	return j.Parallelism
+}
+
+// minMember is the explicit PodGroup's minMember (1 for an implicit group).
+func (j JobSpec) minMember() int32 {
+	switch {
+	case j.Implicit:
+		return 1
+	case j.MinMember <= 0 || j.MinMember > j.Size:
+		return int32(j.Size)
+	}
+	return int32(j.MinMember)
 }
 
 // Generator yields the workload's jobs in arrival order, deterministically
@@ -227,7 +378,7 @@ func NewGenerator(w *Workload, t Tier, seed uint64) *Generator {
 		g.jobCum = append(g.jobCum, sum)
 	}
 	for _, j := range w.Jobs {
-		mean += float64(j.Size) * float64(j.Weight) / float64(sum)
+		mean += j.meanSize() * float64(j.Weight) / float64(sum)
 	}
 	sum = 0
 	for _, c := range w.Pod.CPU {
@@ -256,21 +407,49 @@ func (g *Generator) Next(until time.Duration) (JobSpec, bool) {
 		return JobSpec{}, false
 	}
 	w := g.w
-	j := JobSpec{Seq: g.seq, At: g.next, Queue: g.leaves[pick(g.rng, g.leafCum)].Name, Size: w.Jobs[pick(g.rng, g.jobCum)].Size}
+	k := w.Jobs[pick(g.rng, g.jobCum)]
+	j := JobSpec{Seq: g.seq, At: g.next, Queue: g.leaves[pick(g.rng, g.leafCum)].Name, Kind: k.kind(), Size: k.Size,
+		Parallelism: k.Parallelism, Implicit: k.implicit(), MinMember: k.MinMember, MinMilliCPU: k.MinMilliCPU}
+	if k.MaxSize > k.Size {
+		j.Size = k.Size + g.rng.IntN(k.MaxSize-k.Size+1)
+	}
+	switch {
+	case j.Kind == KindElastic:
+		j.MinMember = min(j.MinMember, j.Size-1)
+	case j.Kind == KindBatch && j.MinMember == 0 && !j.Implicit:
+		j.MinMember = j.Parallelism
+	case j.Kind == KindDeployment && j.MinMember == 0 && !j.Implicit:
+		j.MinMember = 1
+	}
 	if g.limit > 0 {
+		// A burst submits what exists at t = 0 and nothing completes: a
+		// batch Job past the backlog's end is cut to what it has at once.
 		j.At = 0
-		j.Size = min(j.Size, g.limit-g.produced)
+		if left := g.limit - g.produced; j.parallel() > left {
+			j.Size, j.Parallelism = left, 0
+			j.MinMember = min(j.MinMember, left)
+		}
 	}
 	cpu := w.Pod.CPU[pick(g.rng, g.cpuCum)].Value
+	if len(k.CPU) > 0 {
+		cpu = k.CPU[g.rng.IntN(len(k.CPU))]
+	}
 	j.CPU = cpu * 1000
 	j.Memory = cpu * w.Pod.MemoryGiPerCPU << 30
 	if w.Node.GPUs > 0 && w.Node.GPUEvery > 0 && g.rng.Float64() < w.Pod.GPUJobFraction {
 		j.GPU = 1
 	}
 	life := w.Lifetime.MeanSeconds * (1 + w.Lifetime.Jitter*(2*g.rng.Float64()-1))
+	if k.LifetimeScale > 0 {
+		life *= k.LifetimeScale
+	}
 	j.Lifetime = time.Duration(life * float64(time.Second))
 	g.seq++
-	g.produced += j.Size
+	if g.limit > 0 {
+		g.produced += j.parallel()
+	} else {
+		g.produced += j.Size
+	}
 	if g.limit == 0 {
 		// Poisson arrivals.
 		gap := -math.Log(1-g.rng.Float64()) / g.rate
