@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,7 +66,14 @@ type Daemon struct {
 
 	sched    *scheduler.Scheduler
 	registry *prometheus.Registry
+	// treePushes counts queue tree pushes to the coordinator.
+	treePushes *atomic.Int64
 }
+
+// QueueTreePushes returns how many times this process has sent its queue
+// tree to the coordinator: once per change of the valid queue specs (and
+// per retry of a failed push), never per Queue status write.
+func (d *Daemon) QueueTreePushes() int64 { return d.treePushes.Load() }
 
 // Run starts every part and blocks until ctx ends, then stops them in
 // order (scheduler, status flush, ownership release, coordinator).
@@ -124,33 +133,42 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	}})
 	stCfg := opts.Status
 	stCfg.Tracer = opts.Tracer
-	batcher, err := status.New(kube.NewStatusWriter(vc, "shardsched"), stCfg)
+	statusWriter := kube.NewStatusWriter(vc, "shardsched")
+	batcher, err := status.New(statusWriter, stCfg)
 	if err != nil {
 		return err
 	}
 	rec := kube.NewRecorder(cs, opts.Scheduler.SchedulerName)
 	defer rec.Shutdown()
 
-	var sched *scheduler.Scheduler // set before the source starts
-	var treeMu sync.Mutex
-	pushTree := make(chan []api.QueueSpec, 1)
-	onQueues := func(specs []api.QueueSpec) {
-		tree, err := api.BuildTree(specs)
-		if err != nil {
-			log.Error("queue tree rejected; keeping the previous one", "err", err)
-			return
+	// The queue tree is validated queue by queue: every valid queue is
+	// scheduled; each one left out (with its subtree) is reported on its
+	// Queue object by its owner shard, and logged.
+	var sched *scheduler.Scheduler            // set before the source starts
+	var reporter *kube.QueueReporter          // set before the source starts
+	pushTree := make(chan []api.QueueSpec, 1) // the latest valid specs; a newer list replaces an unsent one
+	var pushMu sync.Mutex                     // makes drain-and-send on pushTree atomic
+	onQueues := func(specs []api.QueueSpec, bad map[string]error) {
+		tree, left := api.BuildTreeExcluding(specs, bad)
+		for _, n := range slices.Sorted(maps.Keys(left)) {
+			log.Warn("queue left out of the queue tree", "queue", n, "err", left[n])
 		}
 		sh.SetQueues(tree.Names())
 		sched.SetTree(tree)
-		treeMu.Lock()
+		reporter.Report(left)
+		pushMu.Lock()
 		select {
 		case <-pushTree:
 		default:
 		}
-		pushTree <- specs
-		treeMu.Unlock()
+		pushTree <- tree.Specs()
+		pushMu.Unlock()
 	}
 	src := kube.NewSource(cs, vc, c, onQueues, log)
+	reporter = kube.NewQueueReporter(statusWriter, rec, src, func(q string) bool {
+		owner, ok := sh.Ring().Owner(shard.QueueKey(q))
+		return ok && owner == opts.Name
+	}, log)
 
 	schedCfg := opts.Scheduler
 	schedCfg.Logger = log
@@ -179,6 +197,15 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	run(coord.Run)
 	run(sh.Run)
 	run(claims.Run)
+	run(reporter.Run)
+	// Volcano creates root and default when missing; so do we, without
+	// ever overwriting an operator's. A failure does not stop the shard
+	// (the tree has implicit root and default queues either way).
+	ectx, ecancel := context.WithTimeout(rctx, 10*time.Second)
+	if err := kube.EnsureDefaultQueues(ectx, vc); err != nil {
+		log.Warn("cannot create the root and default queues", "err", err)
+	}
+	ecancel()
 	if err := src.Start(rctx); err != nil {
 		cancel()
 		wg.Wait()
@@ -187,19 +214,39 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	defer src.Shutdown()
 	run(batcher.Run)
 	run(sched.Run)
-	// The queue tree goes to the coordinator (idempotent from every shard).
+	// The valid queue tree goes to the coordinator (idempotent from every
+	// shard), only when it differs from the last one accepted; a failed
+	// push is retried with backoff until accepted or replaced.
+	treePushes := new(atomic.Int64)
 	run(func(ctx context.Context) error {
+		var pushed, pending []api.QueueSpec
+		havePushed, havePending := false, false
+		var retry <-chan time.Time
+		backoff := time.Second
 		for {
 			select {
 			case <-ctx.Done():
 				return nil
 			case specs := <-pushTree:
-				cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-				if _, err := quota.SetQueues(cctx, specs); err != nil {
-					log.Warn("queue tree not accepted by the coordinator", "err", err)
-				}
-				ccancel()
+				pending, havePending = specs, true
+			case <-retry:
 			}
+			retry = nil
+			if !havePending || (havePushed && api.EqualSpecs(pending, pushed)) {
+				havePending = false
+				continue
+			}
+			treePushes.Add(1)
+			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := quota.SetQueues(cctx, pending)
+			ccancel()
+			if err != nil {
+				log.Warn("queue tree not accepted by the coordinator; retrying", "err", err, "in", backoff)
+				retry = time.After(backoff)
+				backoff = min(2*backoff, 30*time.Second)
+				continue
+			}
+			pushed, havePushed, havePending, backoff = pending, true, false, time.Second
 		}
 	})
 	// Ownership → cache books; out-of-sync nodes are rebuilt from the
@@ -226,7 +273,8 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 			}
 		}
 	})
-	d := &Daemon{opts: opts, Shard: sh, Coord: coord, Cache: c, Status: batcher, Quota: quota, Source: src, Claims: claims, sched: sched}
+	d := &Daemon{opts: opts, Shard: sh, Coord: coord, Cache: c, Status: batcher, Quota: quota, Source: src, Claims: claims, sched: sched,
+		treePushes: treePushes}
 	d.registry = d.registerMetrics()
 	if opts.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", opts.HTTPAddr)

@@ -124,7 +124,9 @@ func ParseQuantity(name, s string) (int64, error) {
 	return quantityInt(name, q, scale)
 }
 
-// QueueSpecFromVolcano converts a Volcano Queue.
+// QueueSpecFromVolcano converts a Volcano Queue. spec.dequeueStrategy is
+// passed through as is (api.BuildTreePartial validates it; Volcano's CRD
+// defaults it to traverse, an absent value means fifo here).
 func QueueSpecFromVolcano(q *schedv1beta1.Queue) (api.QueueSpec, error) {
 	capability, err := LimitFromList(q.Spec.Capability)
 	if err != nil {
@@ -149,6 +151,8 @@ func QueueSpecFromVolcano(q *schedv1beta1.Queue) (api.QueueSpec, error) {
 		Deserved:   deserved,
 		Guarantee:  guarantee,
 		Weight:     int32(w),
+		// Volcano's DequeueStrategy values are the api's.
+		DequeueStrategy: string(q.Spec.DequeueStrategy),
 	}, nil
 }
 

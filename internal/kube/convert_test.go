@@ -217,6 +217,32 @@ func TestQueueSpecFromVolcano(t *testing.T) {
 		t.Errorf("guarantee = %v, want %v", got.Guarantee, want)
 	}
 
+	if got.DequeueStrategy != "" {
+		t.Errorf("unset dequeue strategy converted to %q", got.DequeueStrategy)
+	}
+	for _, st := range []schedv1beta1.DequeueStrategy{schedv1beta1.DequeueStrategyFIFO, schedv1beta1.DequeueStrategyTraverse, "lifo"} {
+		withStrategy := vq.DeepCopy()
+		withStrategy.Spec.DequeueStrategy = st
+		got, err := QueueSpecFromVolcano(withStrategy)
+		if err != nil || got.DequeueStrategy != string(st) {
+			t.Errorf("dequeueStrategy %q converted to %q, %v", st, got.DequeueStrategy, err)
+		}
+	}
+	// Volcano's strategy names are the api's, and an unknown one leaves the
+	// queue out of the tree (not the whole tree).
+	if string(schedv1beta1.DequeueStrategyFIFO) != api.DequeueFIFO || string(schedv1beta1.DequeueStrategyTraverse) != api.DequeueTraverse {
+		t.Error("Volcano's dequeue strategy names differ from the api's")
+	}
+	lifo := vq.DeepCopy()
+	lifo.Spec.Parent, lifo.Spec.DequeueStrategy = "", "lifo"
+	spec, err := QueueSpecFromVolcano(lifo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, left := api.BuildTreePartial([]api.QueueSpec{spec}); !errors.Is(left["team-a"], api.ErrQueueSpec) || !strings.Contains(left["team-a"].Error(), "lifo") {
+		t.Errorf("unknown strategy: %v, want team-a left out naming lifo", left["team-a"])
+	}
+
 	bad := vq.DeepCopy()
 	bad.Spec.Deserved = list(gpu, "-1")
 	if _, err := QueueSpecFromVolcano(bad); !errors.Is(err, api.ErrNegative) || !strings.Contains(err.Error(), "team-a") || !strings.Contains(err.Error(), gpu) {

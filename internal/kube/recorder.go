@@ -13,7 +13,7 @@ import (
 )
 
 // Recorder emits Kubernetes events: Scheduled and FailedScheduling on pods,
-// Unschedulable on PodGroups. Safe for concurrent use; never blocks (the
+// Unschedulable on PodGroups, InvalidQueue on Queues. Safe for concurrent use; never blocks (the
 // broadcaster queues and drops under pressure).
 type Recorder struct {
 	b   record.EventBroadcaster
@@ -48,4 +48,11 @@ func (r *Recorder) FailedScheduling(t *api.Task, message string) {
 func (r *Recorder) Unschedulable(j *api.Job, message string) {
 	ref := &corev1.ObjectReference{Kind: "PodGroup", APIVersion: "scheduling.volcano.sh/v1beta1", Namespace: j.Namespace, Name: j.Name, UID: types.UID(j.UID)}
 	r.rec.Event(ref, corev1.EventTypeWarning, "Unschedulable", message)
+}
+
+// InvalidQueue records on a Queue (cluster-scoped: the Event lands in the
+// default namespace) why it is left out of the queue tree.
+func (r *Recorder) InvalidQueue(name, uid, message string) {
+	ref := &corev1.ObjectReference{Kind: "Queue", APIVersion: "scheduling.volcano.sh/v1beta1", Name: name, UID: types.UID(uid)}
+	r.rec.Event(ref, corev1.EventTypeWarning, "InvalidQueue", message)
 }

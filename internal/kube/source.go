@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,21 +35,35 @@ type Sink interface {
 	DeleteJob(uid string)
 }
 
+// OnQueues receives the Queue objects' specs, sorted by name, and, per
+// Queue that could not be converted (a negative or overflowing quantity),
+// why. It is called once the informers have synced and then only when the
+// specs or the conversion errors changed (a status-only update of a Queue
+// calls nothing); never twice at once. It must not block for long.
+type OnQueues func(specs []api.QueueSpec, bad map[string]error)
+
 // Source feeds a Sink from informers on Nodes, Pods, PodGroups and Queues,
-// and reports the queue tree on every Queue change. It is the event-source
-// port of the scheduling core, implemented with client-go.
+// and reports the queue specs when they change. It is the event-source port
+// of the scheduling core, implemented with client-go.
 type Source struct {
 	log        *slog.Logger
 	sink       Sink
-	onQueues   func([]api.QueueSpec)
+	onQueues   OnQueues
 	core       informers.SharedInformerFactory
 	vol        vinformers.SharedInformerFactory
 	queueLst   vlisters.QueueLister
 	badObjects sync.Map // "kind/ns/name" → error text, for operators
+
+	queueMu sync.Mutex // serializes queues() and onQueues; guards the fields below
+	// lastSpecs and lastBad are what onQueues was last given (bad as
+	// error texts); queuesSent is false until the first call.
+	lastSpecs  []api.QueueSpec
+	lastBad    map[string]string
+	queuesSent bool
 }
 
-// NewSource builds the informers; Start runs them.
-func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueues func([]api.QueueSpec), log *slog.Logger) *Source {
+// NewSource builds the informers; Start runs them. onQueues may be nil.
+func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueues OnQueues, log *slog.Logger) *Source {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -226,25 +242,75 @@ func (s *Source) podGroup(o any) {
 	s.sink.AddOrUpdateJob(j)
 }
 
+// queues converts every Queue and calls onQueues when the result differs
+// from the last call. Cost: O(queues) per Queue event.
 func (s *Source) queues() {
-	if s.onQueues == nil {
-		return
-	}
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
 	qs, err := s.queueLst.List(labels.Everything())
 	if err != nil {
+		s.log.Warn("cannot list queues", "err", err)
 		return
 	}
 	sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
 	var specs []api.QueueSpec
+	bad := map[string]error{}
+	badText := map[string]string{}
 	for _, q := range qs {
 		spec, err := QueueSpecFromVolcano(q)
 		if err != nil {
-			s.bad("queue", q.Name, err)
+			bad[q.Name], badText[q.Name] = err, err.Error()
 			continue
 		}
 		specs = append(specs, spec)
 	}
-	s.onQueues(specs)
+	if s.queuesSent && api.EqualSpecs(specs, s.lastSpecs) && maps.Equal(badText, s.lastBad) {
+		return // a status-only update, or nothing that matters here
+	}
+	for n, why := range badText {
+		if s.lastBad[n] != why {
+			s.log.Warn("cannot convert queue; it is left out of the queue tree", "queue", n, "err", why)
+		}
+	}
+	s.badObjects.Range(func(k, _ any) bool {
+		if key := k.(string); strings.HasPrefix(key, "queue/") && badText[key[len("queue/"):]] == "" {
+			s.badObjects.Delete(key)
+		}
+		return true
+	})
+	for n, why := range badText {
+		s.badObjects.Store("queue/"+n, why)
+	}
+	s.lastSpecs, s.lastBad, s.queuesSent = specs, badText, true
+	if s.onQueues != nil {
+		s.onQueues(specs, bad)
+	}
+}
+
+// InvalidQueueMarks returns, per Queue object carrying the invalid-queue
+// annotation (InvalidQueueAnnotation), its text, from the informer cache.
+func (s *Source) InvalidQueueMarks() map[string]string {
+	out := map[string]string{}
+	qs, err := s.queueLst.List(labels.Everything())
+	if err != nil {
+		return out
+	}
+	for _, q := range qs {
+		if v, ok := q.Annotations[InvalidQueueAnnotation]; ok {
+			out[q.Name] = v
+		}
+	}
+	return out
+}
+
+// QueueUID returns the UID of a Queue object from the informer cache ("" if
+// none).
+func (s *Source) QueueUID(name string) string {
+	q, err := s.queueLst.Get(name)
+	if err != nil {
+		return ""
+	}
+	return string(q.UID)
 }
 
 func unwrap(o any) any {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,6 +103,58 @@ func (w *StatusWriter) WriteQueueStatus(ctx context.Context, queue string, st ap
 		return nil
 	}
 	return wrapConflict(err)
+}
+
+// InvalidQueueAnnotation is set on a Queue object that is left out of the
+// queue tree (a cycle, an unknown parent, a bad quantity, a capability
+// above an ancestor's...); its value says why, and it is removed once the
+// queue is valid again. Volcano's QueueStatus (volcano.sh/apis v1.14) has no
+// conditions, and its only other status field that could say so, state, is
+// owned by Volcano's controller; so the reason is an annotation, beside a
+// Warning Event (Recorder.InvalidQueue).
+const InvalidQueueAnnotation = "shardsched.io/invalid-queue"
+
+// maxInvalidMessage bounds the annotation's text.
+const maxInvalidMessage = 1024
+
+// MarkQueueInvalid sets InvalidQueueAnnotation on Queue name to message, by
+// a JSON merge patch of that one annotation with the object's UID as a
+// precondition: it never creates a Queue, never touches another field, and
+// never writes to a re-created Queue of the same name. A missing object or a
+// UID mismatch is not an error.
+func (w *StatusWriter) MarkQueueInvalid(ctx context.Context, name, uid, message string) error {
+	return w.patchQueueAnnotation(ctx, name, uid, InvalidQueueText(message))
+}
+
+// ClearQueueInvalid removes InvalidQueueAnnotation from Queue name, as
+// MarkQueueInvalid sets it.
+func (w *StatusWriter) ClearQueueInvalid(ctx context.Context, name, uid string) error {
+	return w.patchQueueAnnotation(ctx, name, uid, nil)
+}
+
+// InvalidQueueText is the annotation text MarkQueueInvalid writes for
+// message.
+func InvalidQueueText(message string) string {
+	if len(message) > maxInvalidMessage {
+		return strings.ToValidUTF8(message[:maxInvalidMessage-3], "") + "..."
+	}
+	return message
+}
+
+func (w *StatusWriter) patchQueueAnnotation(ctx context.Context, name, uid string, value any) error {
+	meta := map[string]any{"annotations": map[string]any{InvalidQueueAnnotation: value}}
+	if uid != "" {
+		meta["uid"] = uid
+	}
+	b, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	_, err = w.vc.SchedulingV1beta1().Queues().Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: w.fieldManager})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 // WritePodGroupStatus writes a PodGroup's status. Volcano's PodGroup CRD
