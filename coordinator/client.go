@@ -135,6 +135,10 @@ type Result struct {
 	Reservation  Reservation
 	Existed      bool // Reserve: the UID already held this reservation
 	Found        bool // Release: the UID held a reservation
+	// Granted is how many of a Resize's targets were applied; Refused, why
+	// the next one was not (nil when all were).
+	Granted      int
+	Refused      *QuotaError
 	Reservations []Reservation
 	Specs        []api.QueueSpec
 	Seq          Seq
@@ -169,6 +173,16 @@ func (c *Client) Confirm(ctx context.Context, uid string) (Result, error) {
 // (Result.Found is false).
 func (c *Client) Release(ctx context.Context, uid string) (Result, error) {
 	return c.batched(ctx, batchItem{Op: "release", UID: uid}, "/v1/release", uidRequest{UID: uid})
+}
+
+// Resize sets a reservation's amount to each of targets in turn while they
+// fit (see Ledger.Resize); Result.Reservation is the reservation after it,
+// Result.Granted how many targets were applied and Result.Refused why the
+// next was not. A UID with no reservation wraps ErrNotFound. Retrying is
+// safe: the targets are absolute amounts.
+func (c *Client) Resize(ctx context.Context, uid string, targets []api.Resource) (Result, error) {
+	req := ResizeRequest{UID: uid, Targets: targets}
+	return c.batched(ctx, batchItem{Op: "resize", Resize: &req}, "/v1/resize", req)
 }
 
 // SetQueues replaces the queue tree; an invalid tree wraps ErrInvalid and
@@ -439,7 +453,8 @@ func (c *Client) postBatch(addr string, items []batchItem) ([]reply, error) {
 }
 
 func resultOf(rep reply) Result {
-	out := Result{Existed: rep.Existed, Found: rep.Found, Reservations: rep.Reservations, Specs: rep.Specs, Seq: rep.Seq}
+	out := Result{Existed: rep.Existed, Found: rep.Found, Reservations: rep.Reservations, Specs: rep.Specs, Seq: rep.Seq,
+		Granted: rep.Granted, Refused: rep.Refused}
 	if rep.Reservation != nil {
 		out.Reservation = *rep.Reservation
 	}

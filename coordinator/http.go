@@ -19,6 +19,7 @@ import (
 //	POST /v1/reserve       ReserveRequest      → reply
 //	POST /v1/confirm       {"uid": "..."}      → reply
 //	POST /v1/release       {"uid": "..."}      → reply
+//	POST /v1/resize        ResizeRequest       → reply (granted, refused)
 //	PUT  /v1/queues        []api.QueueSpec     → reply
 //	GET  /v1/reservations                      → reply
 //	POST /v1/batch         []batchItem         → batchReply (one reply per item, in order)
@@ -32,8 +33,9 @@ type uidRequest struct {
 
 // batchItem is one reserve, confirm or release in a batch.
 type batchItem struct {
-	Op      string          `json:"op"` // "reserve", "confirm", "release"
+	Op      string          `json:"op"` // "reserve", "confirm", "release", "resize"
 	Reserve *ReserveRequest `json:"reserve,omitempty"`
+	Resize  *ResizeRequest  `json:"resize,omitempty"`
 	UID     string          `json:"uid,omitempty"`
 	// Trace carries the caller's W3C trace context (traceparent).
 	Trace map[string]string `json:"trace,omitempty"`
@@ -147,6 +149,12 @@ func (s *Server) handler() http.Handler {
 			s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opRelease, uid: req.UID}))
 		}
 	})
+	mux.HandleFunc("POST /v1/resize", func(w http.ResponseWriter, r *http.Request) {
+		var req ResizeRequest
+		if decode(w, r, &req) {
+			s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opResize, resize: req, uid: req.UID}))
+		}
+	})
 	mux.HandleFunc("PUT /v1/queues", func(w http.ResponseWriter, r *http.Request) {
 		var specs []api.QueueSpec
 		if decode(w, r, &specs) {
@@ -171,6 +179,8 @@ func (s *Server) handler() http.Handler {
 				calls[i] = &call{kind: opConfirm, uid: it.UID}
 			case it.Op == "release":
 				calls[i] = &call{kind: opRelease, uid: it.UID}
+			case it.Op == "resize" && it.Resize != nil:
+				calls[i] = &call{kind: opResize, resize: *it.Resize, uid: it.Resize.UID}
 			default:
 				s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "batch item " + itoa(int64(i)) + ": unknown op " + it.Op}})
 				return

@@ -155,10 +155,17 @@ func (l *Ledger) ValidateReserve(req ReserveRequest) error {
 // at every level at once; on failure nothing changes and the error is a
 // *QuotaError naming the first level short. A request for a UID that already
 // holds a reservation returns that reservation (existed = true) whatever the
-// request says; a bad request returns an error wrapping ErrInvalid.
+// request says, except that a tentative reservation held under another
+// shard session's lease is moved to the asker's lease (a queue that changed
+// owner: the new owner must hold what it places on, or the reservation
+// would vanish with the previous owner's lease while its job runs); a bad
+// request returns an error wrapping ErrInvalid.
 func (l *Ledger) Reserve(req ReserveRequest) (res Reservation, existed bool, err error) {
 	if req.Job.UID != "" {
 		if r, ok := l.res[req.Job.UID]; ok {
+			if r.State == Tentative && req.Lease != 0 && r.Lease != req.Lease {
+				r.Lease, r.Shard = req.Lease, req.Shard
+			}
 			return r.clone(), true, nil
 		}
 	}

@@ -305,7 +305,7 @@ func TestLedgerIdempotentByUID(t *testing.T) {
 	// that exists and counts nothing twice.
 	for _, retry := range []ReserveRequest{
 		req,
-		{Job: JobRef{Namespace: "other", Name: "renamed", UID: "u1"}, Queue: "team-b", Amount: res(3500, 9*gi), Lease: 7},
+		{Job: JobRef{Namespace: "other", Name: "renamed", UID: "u1"}, Queue: "team-b", Amount: res(3500, 9*gi), Lease: 42},
 		{Job: JobRef{UID: "u1"}, Queue: "no-such-queue", Amount: res(-1, 0)},
 	} {
 		got, existed, err := l.Reserve(retry)
@@ -316,6 +316,12 @@ func TestLedgerIdempotentByUID(t *testing.T) {
 			t.Fatalf("retry returned %+v, want %+v", got, first)
 		}
 		lgSame(t, "retried reserve", before, l)
+	}
+	// A retry from another shard session (the queue changed owner) gets
+	// the same reservation, moved to its lease; nothing else changes.
+	moved, existed, err := l.Reserve(ReserveRequest{Job: JobRef{UID: "u1"}, Queue: "team-b", Amount: res(1, 0), Lease: 7, Shard: "s2"})
+	if err != nil || !existed || moved.Lease != 7 || moved.Shard != "s2" || !moved.Amount.Equal(first.Amount) || moved.Queue != "team-a" {
+		t.Fatalf("re-reserve from another lease: %+v existed=%v err=%v; want the same reservation on lease 7 of s2", moved, existed, err)
 	}
 	// Same namespace/name, another UID: another job, which does not fit.
 	_, _, err = l.Reserve(ReserveRequest{Job: JobRef{Namespace: "ns", Name: "job", UID: "u2"}, Queue: "team-a", Amount: res(3000, gi)})

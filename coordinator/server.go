@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sort"
@@ -151,6 +152,8 @@ func (k opKind) String() string {
 		return "list"
 	case opExpire:
 		return "expire"
+	case opResize:
+		return "resize"
 	}
 	return "unknown"
 }
@@ -162,12 +165,14 @@ const (
 	opSetTree
 	opList
 	opExpire // internal: a reservation key was deleted by lease expiry
+	opResize
 )
 
 // call is one request to the leader's loop.
 type call struct {
 	kind    opKind
 	reserve ReserveRequest
+	resize  ResizeRequest
 	uid     string
 	specs   []api.QueueSpec
 	delRev  int64
@@ -180,8 +185,12 @@ type result struct {
 	Found        bool            `json:"found,omitempty"`
 	Reservations []Reservation   `json:"reservations,omitempty"`
 	Specs        []api.QueueSpec `json:"specs,omitempty"`
-	Seq          Seq             `json:"seq"`
-	err          error
+	// Granted and Refused answer a resize: how many targets were applied,
+	// and why the next one was not.
+	Granted int         `json:"granted,omitempty"`
+	Refused *QuotaError `json:"refused,omitempty"`
+	Seq     Seq         `json:"seq"`
+	err     error
 }
 
 // Server is one coordinator participant: it campaigns for leadership, leads
@@ -524,24 +533,39 @@ func (t *term) apply(c *call) (result, []clientv3.Op, error) {
 	cfg := t.s.cfg
 	switch c.kind {
 	case opReserve:
+		before, had := t.ledger.Get(c.reserve.Job.UID)
 		r, existed, err := t.ledger.Reserve(c.reserve)
 		if err != nil {
 			return result{err: err}, nil, nil
 		}
 		res := result{Reservation: &r, Existed: existed}
-		if existed {
+		if existed && had && before.Lease == r.Lease {
 			return res, nil, nil
 		}
-		b, err := json.Marshal(r)
+		// New, or moved to the asker's lease: (re)write it under that lease.
+		op, err := t.putReservation(r)
 		if err != nil {
-			t.ledger.Release(r.Job.UID)
+			if !existed {
+				t.ledger.Release(r.Job.UID)
+			}
 			return result{err: err}, nil, nil
 		}
-		var opts []clientv3.OpOption
-		if r.State == Tentative {
-			opts = append(opts, clientv3.WithLease(clientv3.LeaseID(r.Lease)))
+		return res, []clientv3.Op{op}, nil
+	case opResize:
+		before, _ := t.ledger.Get(c.resize.UID)
+		r, granted, refused, err := t.ledger.Resize(c.resize)
+		if err != nil {
+			return result{err: err}, nil, nil
 		}
-		return res, []clientv3.Op{clientv3.OpPut(cfg.resPrefix()+r.Job.UID, string(b), opts...)}, nil
+		res := result{Reservation: &r, Granted: granted, Refused: refused}
+		if before.Amount.Equal(r.Amount) {
+			return res, nil, nil
+		}
+		op, err := t.putReservation(r)
+		if err != nil {
+			return result{err: err}, nil, nil
+		}
+		return res, []clientv3.Op{op}, nil
 	case opConfirm:
 		before, ok := t.ledger.Get(c.uid)
 		r, err := t.ledger.Confirm(c.uid)
@@ -590,6 +614,42 @@ func (t *term) apply(c *call) (result, []clientv3.Op, error) {
 	return result{err: fmt.Errorf("%w: unknown operation", ErrInvalid)}, nil, nil
 }
 
+// putReservation is the write of one reservation: a tentative one under
+// its shard's lease, a confirmed one without.
+func (t *term) putReservation(r Reservation) (clientv3.Op, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return clientv3.Op{}, err
+	}
+	var opts []clientv3.OpOption
+	if r.State == Tentative {
+		opts = append(opts, clientv3.WithLease(clientv3.LeaseID(r.Lease)))
+	}
+	return clientv3.OpPut(t.s.cfg.resPrefix()+r.Job.UID, string(b), opts...), nil
+}
+
+// writeLease is the lease a call would write its reservation under, when
+// that could fail for a dead lease (0 otherwise).
+func (t *term) writeLease(c *call) int64 {
+	switch c.kind {
+	case opReserve:
+		r, ok := t.ledger.Get(c.reserve.Job.UID)
+		if !ok || (r.State == Tentative && c.reserve.Lease != 0 && r.Lease != c.reserve.Lease) {
+			return c.reserve.Lease
+		}
+	case opResize:
+		if r, ok := t.ledger.Get(c.resize.UID); ok && r.State == Tentative {
+			return r.Lease
+		}
+	}
+	return 0
+}
+
+// pendingRev marks, in term.revs, a key written by the group being
+// committed: a deletion seen meanwhile (the lease expiry of the key's
+// earlier version) must not release what this group writes.
+const pendingRev = math.MaxInt64
+
 // commit applies a batch in order and commits its writes in one guarded
 // Txn, splitting at MaxGroupOps. Callers are answered only after the commit.
 // On an ambiguous failure the ledger is rebuilt from etcd and the batch is
@@ -604,11 +664,9 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 		var ops []clientv3.Op
 		var puts []string // uids written, to record their revision
 		for i, c := range batch {
-			if c.kind == opReserve && dead[c.reserve.Lease] {
-				if _, exists := t.ledger.Get(c.reserve.Job.UID); !exists {
-					ps = append(ps, pending{c: c, res: result{err: fmt.Errorf("%w: lease %x of shard %q", ErrSessionExpired, c.reserve.Lease, c.reserve.Shard)}})
-					continue
-				}
+			if l := t.writeLease(c); l != 0 && dead[l] {
+				ps = append(ps, pending{c: c, res: result{err: fmt.Errorf("%w: lease %x", ErrSessionExpired, l)}})
+				continue
 			}
 			res, cops, _ := t.apply(c)
 			res.Seq = Seq{Term: t.rev, Group: t.group, Index: i}
@@ -616,7 +674,9 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 			ops = append(ops, cops...)
 			for _, op := range cops {
 				if op.IsPut() {
-					puts = append(puts, string(op.KeyBytes()[len(t.s.cfg.resPrefix()):]))
+					uid := string(op.KeyBytes()[len(t.s.cfg.resPrefix()):])
+					puts = append(puts, uid)
+					t.revs[uid] = pendingRev
 				}
 			}
 		}
@@ -645,14 +705,16 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 			return err
 		}
 		t.s.log.Warn("group commit failed; rebuilding ledger and re-applying", "err", err, "attempt", attempt)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			t.findDeadLeases(ctx, batch, dead)
-		}
+		// Rebuild first: which lease a call writes under is read from
+		// the ledger as stored, not as this failed attempt left it.
 		if _, lerr := t.load(ctx); lerr != nil {
 			for _, p := range ps {
 				p.c.done <- result{err: fmt.Errorf("%w: %v", ErrUnavailable, lerr)}
 			}
 			return lerr
+		}
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			t.findDeadLeases(ctx, batch, dead)
 		}
 	}
 }
@@ -709,8 +771,8 @@ func dedupeOps(ops []clientv3.Op) []clientv3.Op {
 func (t *term) findDeadLeases(ctx context.Context, batch []*call, dead map[int64]bool) {
 	seen := map[int64]bool{}
 	for _, c := range batch {
-		l := c.reserve.Lease
-		if c.kind != opReserve || l == 0 || seen[l] {
+		l := t.writeLease(c)
+		if l == 0 || seen[l] {
 			continue
 		}
 		seen[l] = true

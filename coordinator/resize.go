@@ -1,0 +1,102 @@
+package coordinator
+
+import (
+	"fmt"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// ResizeRequest changes the amount of an existing reservation, so that it
+// keeps covering what its job has bound (the quota rule: a task beyond the
+// gang grows the reservation before it is bound; finished tasks shrink it).
+//
+// Targets are absolute amounts, tried in order: each one that fits becomes
+// the reservation's amount, and the first that does not fit ends the
+// request (the later ones are larger steps of the same job). Because they
+// are absolute, a retried request has the same effect as the first.
+type ResizeRequest struct {
+	UID     string         `json:"uid"`
+	Targets []api.Resource `json:"targets"`
+}
+
+// maxResizeTargets bounds the targets of one request.
+const maxResizeTargets = 4096
+
+// Resize applies req to the reservation of req.UID. A target fits when,
+// for the reservation's queue and every ancestor, each dimension it raises
+// above the current amount stays within capability (usage − current +
+// target); lowering a dimension always fits, even under a capability that
+// was lowered below usage. It returns the reservation as it now is, how
+// many targets were applied, and, when one was refused, the *QuotaError
+// naming the first level short for it (the reservation keeps the last
+// target that fitted). A UID with no reservation is ErrNotFound; an empty,
+// negative or zero target is ErrInvalid and changes nothing.
+func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refused *QuotaError, err error) {
+	r, ok := l.res[req.UID]
+	if !ok {
+		return Reservation{}, 0, nil, fmt.Errorf("%w: uid %q", ErrNotFound, req.UID)
+	}
+	if len(req.Targets) == 0 || len(req.Targets) > maxResizeTargets {
+		return Reservation{}, 0, nil, fmt.Errorf("%w: resize of %s: %d targets (1..%d)", ErrInvalid, r.Job, len(req.Targets), maxResizeTargets)
+	}
+	for i, t := range req.Targets {
+		if err := t.Validate(); err != nil {
+			return Reservation{}, 0, nil, fmt.Errorf("%w: resize of %s, target %d: %v", ErrInvalid, r.Job, i, err)
+		}
+		if t.IsZero() {
+			return Reservation{}, 0, nil, fmt.Errorf("%w: resize of %s, target %d is empty (release the reservation instead)", ErrInvalid, r.Job, i)
+		}
+	}
+	for _, t := range req.Targets {
+		next, qe, err := l.resized(r, t)
+		if err != nil {
+			return r.clone(), granted, nil, err
+		}
+		if qe != nil {
+			return r.clone(), granted, qe, nil
+		}
+		for i, q := range r.Path {
+			if next[i].IsZero() {
+				delete(l.usage, q)
+			} else {
+				l.usage[q] = next[i]
+			}
+		}
+		r.Amount = t.Clone()
+		granted++
+	}
+	return r.clone(), granted, nil, nil
+}
+
+// resized computes the usage of every level of r's path were its amount
+// target, or the QuotaError of the first level (leaf first) where a raised
+// dimension would exceed capability.
+func (l *Ledger) resized(r *Reservation, target api.Resource) ([]api.Resource, *QuotaError, error) {
+	next := make([]api.Resource, len(r.Path))
+	for i, q := range r.Path {
+		u := l.usage[q]
+		base, err := u.Sub(r.Amount)
+		if err != nil {
+			// Usage below one of its own reservations: the books are
+			// broken; refuse rather than make them worse.
+			return nil, nil, fmt.Errorf("%w: queue %q usage %s below reservation of %s (%s)", ErrConflict, q, u, r.Job, r.Amount)
+		}
+		n, err := base.Add(target)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: queue %q: %v", ErrInvalid, q, err)
+		}
+		spec, _ := l.tree.Get(q)
+		for _, d := range target.Dims() {
+			if target.Get(d) <= r.Amount.Get(d) {
+				continue
+			}
+			capv, set := spec.Capability.Get(d)
+			if set && n.Get(d) > capv {
+				return nil, &QuotaError{Queue: q, Resource: d, Reserved: u.Get(d), Asked: target.Get(d) - r.Amount.Get(d),
+					Capability: capv, Short: n.Get(d) - capv}, nil
+			}
+		}
+		next[i] = n
+	}
+	return next, nil, nil
+}
