@@ -45,6 +45,11 @@ type Stats struct {
 	Coalesced uint64
 	// Flushes counts flush passes, empty ones included.
 	Flushes uint64
+	// Fenced counts values dropped because the Writer said this shard no
+	// longer owns the object (ErrNotOwner): they are neither written nor
+	// retried, and the object's last written value is forgotten, so that
+	// the shard writes it again if it becomes the owner once more.
+	Fenced uint64
 }
 
 // Batcher coalesces Queue and PodGroup status per object and writes it in
@@ -286,7 +291,7 @@ func (b *Batcher) flush(dispatch, write context.Context, all bool) error {
 				b.mu.Lock()
 				jobs[i].finish(err)
 				b.mu.Unlock()
-				if err == nil {
+				if err == nil || errors.Is(err, ErrNotOwner) {
 					continue
 				}
 				errMu.Lock()
@@ -392,6 +397,12 @@ func finish[V any](b *Batcher, t *table[V], key string, s *slot[V], retry bool, 
 	s.sending, s.inflight = zero, false
 	close(s.done)
 	s.done = nil
+	if errors.Is(err, ErrNotOwner) {
+		b.stats.Fenced++
+		var zero V
+		s.written, s.hasWritten = zero, false
+		return
+	}
 	if err != errAborted {
 		b.stats.Writes++
 		if err != nil {

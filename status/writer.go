@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -10,6 +11,44 @@ import (
 // ErrConflict is wrapped by a Writer's error when the API server answered
 // 409 Conflict, so that the Batcher can count conflicts (Stats.Conflicts).
 var ErrConflict = errors.New("status write conflict")
+
+// ErrNotOwner is wrapped by a Writer's error when this shard may not write
+// the object (it does not hold its queue's ownership record): the Batcher
+// drops the value instead of retrying it (see Stats.Fenced).
+var ErrNotOwner = errors.New("not the owner of this status")
+
+// Fence says whether this shard may write a queue's status now. Use
+// reports whether it holds the queue's ownership record and, if so, keeps
+// it from being released until Done (*shard.Shard through a queue key).
+// Safe for concurrent use; Use must not block for long.
+type Fence interface {
+	Use(queue string) bool
+	Done(queue string)
+}
+
+// FenceQueues wraps w so that a Queue's status is written only while f
+// lets this shard use the queue, for the duration of the write: a shard
+// that lost a queue drops what it had pending for it (one writer per
+// object, F3, also across an ownership change). PodGroup writes pass
+// through.
+func FenceQueues(w Writer, f Fence) Writer { return fenced{w: w, f: f} }
+
+type fenced struct {
+	w Writer
+	f Fence
+}
+
+func (x fenced) WriteQueueStatus(ctx context.Context, queue string, st api.QueueStatus) error {
+	if !x.f.Use(queue) {
+		return fmt.Errorf("queue %q: %w", queue, ErrNotOwner)
+	}
+	defer x.f.Done(queue)
+	return x.w.WriteQueueStatus(ctx, queue, st)
+}
+
+func (x fenced) WritePodGroupStatus(ctx context.Context, namespace, name, uid string, st api.JobStatus) error {
+	return x.w.WritePodGroupStatus(ctx, namespace, name, uid, st)
+}
 
 // Writer writes status to the API server. It is the port the Kubernetes
 // adapter (server-side apply under the shard's field manager, owning only
