@@ -37,8 +37,9 @@ type Sink interface {
 
 // OnQueues receives the Queue objects' specs, sorted by name, and, per
 // Queue that could not be converted (a negative or overflowing quantity),
-// why. It is called once the informers have synced and then only when the
-// specs or the conversion errors changed (a status-only update of a Queue
+// why. It is called once the Queue informer has synced (never with a
+// partial initial list) and then only when the specs or the conversion
+// errors changed (a status-only update of a Queue
 // calls nothing); never twice at once. It must not block for long.
 type OnQueues func(specs []api.QueueSpec, bad map[string]error)
 
@@ -52,6 +53,7 @@ type Source struct {
 	core       informers.SharedInformerFactory
 	vol        vinformers.SharedInformerFactory
 	queueLst   vlisters.QueueLister
+	queueSync  cache.InformerSynced
 	badObjects sync.Map // "kind/ns/name" → error text, for operators
 
 	queueMu sync.Mutex // serializes queues() and onQueues; guards the fields below
@@ -108,6 +110,7 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	})
 	qi := s.vol.Scheduling().V1beta1().Queues()
 	s.queueLst = qi.Lister()
+	s.queueSync = qi.Informer().HasSynced
 	qi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.queues() },
 		UpdateFunc: func(any, any) { s.queues() },
@@ -245,6 +248,11 @@ func (s *Source) podGroup(o any) {
 // queues converts every Queue and calls onQueues when the result differs
 // from the last call. Cost: O(queues) per Queue event.
 func (s *Source) queues() {
+	if !s.queueSync() {
+		// The initial list is still arriving: a partial set would report
+		// children before their parents as left out. Start calls again.
+		return
+	}
 	s.queueMu.Lock()
 	defer s.queueMu.Unlock()
 	qs, err := s.queueLst.List(labels.Everything())
