@@ -909,7 +909,7 @@ func quotaNotes(cl *Cluster, st Stats) []string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, byKind[k]))
 	}
 	if len(parts) > 0 {
-		out = append(out, "overrunning binds by job kind: "+strings.Join(parts, ", "))
+		out = append(out, "overrunning binds by job kind (the bind that found the queue full, not necessarily the job that took quota it had not reserved): "+strings.Join(parts, ", "))
 	}
 	return out
 }

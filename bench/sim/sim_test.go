@@ -47,7 +47,7 @@ func TestWorkloadBadInput(t *testing.T) {
 		{"{weight: 5,  size: 128}", "{weight: 5,  size: 0}", "jobs[3]"},
 		{"meanSeconds: 60", "meanSeconds: 0", "lifetime"},
 		{"kind: drain", "kind: explode", "events[0]"},
-		{"parentCapabilityFraction: 0.4", "parentCapabilityFraction: 1.5", "parentCapabilityFraction"},
+		{"parentCapabilityFraction: 0.2", "parentCapabilityFraction: 1.5", "parentCapabilityFraction"},
 		{"name: churn", "name: churn\nsurprise: 1", "unknown field"},
 		{"kind: deployment,", "kind: daemonset,", "jobs[4]"},
 		{"size: 8, minMember: 2}", "size: 8, minMember: 8}", "jobs[5]"},
@@ -169,9 +169,10 @@ func TestClusterBindInvariants(t *testing.T) {
 	if out := ca.OutOfSync(); len(out) != 1 || out[0] != "node-00000" {
 		t.Errorf("out of sync %v, want node-00000", out)
 	}
-	// p0 may hold 40 % of 2 × 64 CPU = 51.2 CPU: 80 bound is an overrun.
-	if st.QuotaOverruns == 0 {
-		t.Errorf("no quota overrun counted for 80 CPU under a 51.2 CPU parent")
+	// p0 may hold 20 % of 2 × 64 CPU = 25.6 CPU: 40 bound is an overrun,
+	// and so is 80.
+	if st.QuotaOverruns != 2 {
+		t.Errorf("%d quota overruns counted for 40 then 80 CPU under a 25.6 CPU parent, want 2", st.QuotaOverruns)
 	}
 }
 
@@ -234,13 +235,16 @@ func TestRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Pods < 500 {
-		t.Errorf("%d pods bound in 30 virtual seconds at 2,000 pods/min, want ≥ 500", r.Pods)
+	// Seed 3 submits 433 pods in these 30 s (job sizes are heavy-tailed:
+	// few 128-pod gangs this time), far from a full cluster: nearly all
+	// must be bound.
+	if r.Pods < 300 || r.Unbound > r.Pods/10 {
+		t.Errorf("%d pods bound and %d left pending in 30 virtual seconds at 2,000 pods/min, want ≥ 300 bound and ≤ 10 %% pending", r.Pods, r.Unbound)
 	}
 	if r.Failed() {
 		t.Errorf("invariants broken: %v", r.Invariants)
 	}
-	for _, k := range []string{"quota_overruns", "double_booked_nodes", "pods_bound_twice", "unfenced_binds", "nodes_out_of_sync"} {
+	for _, k := range []string{"quota_overruns", "quota_overruns_sampled", "double_booked_nodes", "pods_bound_twice", "unfenced_binds", "nodes_out_of_sync"} {
 		if _, ok := r.Invariants[k]; !ok {
 			t.Errorf("invariant %s not reported", k)
 		}
