@@ -47,30 +47,96 @@ func (f *fakeOwnership) Done(key string) {
 	f.uses[key]--
 }
 
+// fakeQuota is the coordinator's ledger (pure logic, no etcd) behind the
+// Quota port, with every call recorded. Queues it does not know are added
+// as unlimited leaves under the root; setQueues declares capped ones.
 type fakeQuota struct {
-	mu    sync.Mutex
-	calls []string
+	mu     sync.Mutex
+	calls  []string
+	ledger *coordinator.Ledger
+	specs  []api.QueueSpec
 }
 
 func (f *fakeQuota) record(op, uid string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.calls = append(f.calls, op+" "+uid)
 }
 
-func (f *fakeQuota) Reserve(_ context.Context, job coordinator.JobRef, _ string, _ api.Resource) (coordinator.Result, error) {
+// setQueues replaces the ledger's queue tree.
+func (f *fakeQuota) setQueues(specs []api.QueueSpec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.specs = append([]api.QueueSpec(nil), specs...)
+	return f.setTreeLocked()
+}
+
+func (f *fakeQuota) setTreeLocked() error {
+	if f.ledger == nil {
+		f.ledger = coordinator.NewLedger(nil)
+	}
+	_, err := f.ledger.SetTree(f.specs)
+	return err
+}
+
+func (f *fakeQuota) ensureQueue(q string) {
+	if f.ledger == nil {
+		_ = f.setTreeLocked()
+	}
+	if _, ok := f.ledger.Tree().Get(q); ok || q == "" {
+		return
+	}
+	f.specs = append(f.specs, api.QueueSpec{Name: q})
+	_ = f.setTreeLocked()
+}
+
+func (f *fakeQuota) Reserve(_ context.Context, job coordinator.JobRef, q string, a api.Resource) (coordinator.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.record("reserve", job.UID)
-	return coordinator.Result{}, nil
+	f.ensureQueue(q)
+	r, existed, err := f.ledger.Reserve(coordinator.ReserveRequest{Job: job, Queue: q, Amount: a, Lease: 1, Shard: "s"})
+	return coordinator.Result{Reservation: r, Existed: existed}, err
 }
 
 func (f *fakeQuota) Confirm(_ context.Context, uid string) (coordinator.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.record("confirm", uid)
-	return coordinator.Result{}, nil
+	if f.ledger == nil {
+		_ = f.setTreeLocked()
+	}
+	r, err := f.ledger.Confirm(uid)
+	return coordinator.Result{Reservation: r}, err
 }
 
 func (f *fakeQuota) Release(_ context.Context, uid string) (coordinator.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.record("release", uid)
-	return coordinator.Result{}, nil
+	if f.ledger == nil {
+		_ = f.setTreeLocked()
+	}
+	r, found := f.ledger.Release(uid)
+	return coordinator.Result{Reservation: r, Found: found}, nil
+}
+
+func (f *fakeQuota) Resize(_ context.Context, uid string, targets []api.Resource) (coordinator.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("resize", uid)
+	if f.ledger == nil {
+		_ = f.setTreeLocked()
+	}
+	r, granted, refused, err := f.ledger.Resize(coordinator.ResizeRequest{UID: uid, Targets: targets})
+	return coordinator.Result{Reservation: r, Granted: granted, Refused: refused}, err
+}
+
+func (f *fakeQuota) List(context.Context) (coordinator.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ledger == nil {
+		_ = f.setTreeLocked()
+	}
+	return coordinator.Result{Reservations: f.ledger.Reservations()}, nil
 }
 
 func (f *fakeQuota) Calls() []string {
@@ -429,6 +495,15 @@ func TestClaimerPlacesOfferedJob(t *testing.T) {
 	r.gang("too-big", 2, 9)
 	r.claims.put(shard.Claim{Job: "fits", Queue: "q", From: "shard-o", To: "shard-t", State: shard.Offered})
 	r.claims.put(shard.Claim{Job: "too-big", Queue: "q", From: "shard-o", To: "shard-t", State: shard.Offered})
+	// The owner (another shard) admitted both.
+	for uid, cpu := range map[string]int64{"fits": 9, "too-big": 18} {
+		if _, err := r.quota.Reserve(context.Background(), coordinator.JobRef{Namespace: "ns", Name: uid, UID: uid}, "q", api.NewResource(cpu*1000, 0, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.quota.mu.Lock()
+	r.quota.calls = nil
+	r.quota.mu.Unlock()
 	r.cycles(t, 2)
 	c, ok := r.claims.get("fits")
 	if !ok || c.State != shard.Claimed || c.To != "shard-t" {
@@ -446,8 +521,12 @@ func TestClaimerPlacesOfferedJob(t *testing.T) {
 	if _, ok := r.claims.get("too-big"); ok {
 		t.Fatal("an offer that does not fit was not refused")
 	}
-	if calls := r.quota.Calls(); len(calls) != 0 {
-		t.Fatalf("the claimer called the coordinator: %v", calls)
+	// The claimer only resizes the reservation it places under (to learn
+	// and grow what it covers); admission stays with the owner.
+	for _, c := range r.quota.Calls() {
+		if c != "resize fits" {
+			t.Fatalf("the claimer called the coordinator for more than a resize: %v", r.quota.Calls())
+		}
 	}
 	if st := r.s.Stats(); st.Claims != 1 || st.Refusals != 1 {
 		t.Fatalf("stats %+v, want 1 claim and 1 refusal", st)

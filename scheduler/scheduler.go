@@ -39,6 +39,12 @@ type Quota interface {
 	Reserve(ctx context.Context, job coordinator.JobRef, queue string, amount api.Resource) (coordinator.Result, error)
 	Confirm(ctx context.Context, uid string) (coordinator.Result, error)
 	Release(ctx context.Context, uid string) (coordinator.Result, error)
+	// Resize sets the reservation's amount to each target in turn while
+	// it fits at every level (coordinator.Ledger.Resize).
+	Resize(ctx context.Context, uid string, targets []api.Resource) (coordinator.Result, error)
+	// List returns every reservation, for reconciliation with the jobs
+	// that exist.
+	List(ctx context.Context) (coordinator.Result, error)
 }
 
 // Ownership says which keys this shard may use (*shard.Shard). Safe for
@@ -178,6 +184,7 @@ type Scheduler struct {
 	stats struct {
 		cycles, binds, bindFailures, admitted, quotaWaits, assumeRefused, holds atomic.Int64
 		offers, offerTimeouts, claims, refusals                                 atomic.Int64
+		orphans                                                                 atomic.Int64
 	}
 	hist histograms
 	ho   handoff // loop only
@@ -196,6 +203,17 @@ type Scheduler struct {
 	statusOf  map[string]bool            // job UIDs whose PodGroup status was handed to Status
 	quotaWait map[string]quotaBackoff    // job UID → when to ask the coordinator again after a refusal
 	binding   map[string]int             // job UID → binds queued or in flight
+	// cover is, for each job this shard places, its reservation's amount
+	// as the coordinator last answered this shard: no task is bound
+	// beyond it (the quota rule, quota.go).
+	cover map[string]api.Resource
+	// resizeWait: job UID → when to ask again after a grow was refused.
+	resizeWait map[string]quotaBackoff
+	// orphans: reservation UID → when reconciliation first found no job
+	// for it (loop only).
+	orphans     map[string]time.Time
+	lastRecon   time.Time       // loop only
+	reconQueues map[string]bool // loop only: owned queues at the last reconciliation
 }
 
 type quotaBackoff struct {
@@ -256,6 +274,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{}, statusOf: map[string]bool{}, quotaWait: map[string]quotaBackoff{}, queueStat: map[string]api.QueueStatus{},
 		binding: map[string]int{}, ho: newHandoff(),
+		cover: map[string]api.Resource{}, resizeWait: map[string]quotaBackoff{}, orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
 	}, nil
 }
 
@@ -345,6 +364,9 @@ type Stats struct {
 	AssumeRefused int64
 	// Holds counts node holds started for starving gangs.
 	Holds int64
+	// Orphans counts reservations released by reconciliation because no
+	// job they could cover exists.
+	Orphans int64
 }
 
 // Stats returns the counters since start.
@@ -352,7 +374,7 @@ func (s *Scheduler) Stats() Stats {
 	return Stats{Cycles: s.stats.cycles.Load(), Binds: s.stats.binds.Load(), BindFailures: s.stats.bindFailures.Load(),
 		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load(),
 		Offers: s.stats.offers.Load(), OfferTimeouts: s.stats.offerTimeouts.Load(), Claims: s.stats.claims.Load(), Refusals: s.stats.refusals.Load(),
-		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load()}
+		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load(), Orphans: s.stats.orphans.Load()}
 }
 
 // Cycle runs one scheduling cycle: snapshot, admission, placement, status.
@@ -378,6 +400,7 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 		byQueue[j.Queue] = append(byQueue[j.Queue], j)
 	}
 	s.releaseGone(ctx, live)
+	s.reconcile(ctx, live, byQueue)
 	if s.stats.cycles.Load()%pruneEvery == 0 {
 		s.prune(live)
 		s.pruneHandoff(live)
@@ -453,27 +476,38 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 		})
 		var reqs []admitReq
 		now := s.cfg.Now()
+		traverse := s.dequeueTraverse(q)
+		path := s.queuePath(q)
 		for _, j := range js {
 			s.mu.Lock()
 			_, done := s.admitted[j.UID]
 			wait, waiting := s.quotaWait[j.UID]
 			s.mu.Unlock()
+			if done {
+				continue
+			}
+			pending, bound, _ := s.jobTasks(j)
+			if j.Phase == api.JobCompleted && len(pending) == 0 {
+				continue // a Completed group with new pending pods is scheduled again
+			}
+			amount, ok := admitAmount(j, pending, s.summary(j))
+			if !ok {
+				continue // not all gang members exist yet
+			}
+			if s.refuseNeverFits(j, path, amount) {
+				continue // can never fit: skipped, so it blocks nobody
+			}
 			if waiting && now.Before(wait.until) {
+				if traverse {
+					continue // dequeueStrategy traverse: later jobs may pass it
+				}
 				// Refused a moment ago: the jobs behind it in this queue
 				// (same or lower priority, younger) wait too, so a big
 				// gang is not starved by smaller ones taking the quota
 				// it waits for (strict FIFO within a queue).
 				break
 			}
-			if done || j.Phase == api.JobCompleted {
-				continue
-			}
-			pending, bound, _ := s.jobTasks(j)
-			amount, ok := s.gangAmount(j, pending, bound)
-			if !ok {
-				continue // not all gang members exist yet
-			}
-			reqs = append(reqs, admitReq{job: j, amount: amount, bound: bound})
+			reqs = append(reqs, admitReq{job: j, amount: amount, bound: bound, traverse: traverse})
 		}
 		if len(reqs) > 0 {
 			work = append(work, reqs)
@@ -484,7 +518,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	// across cycles. A queue stops at its first job that is not admitted.
 	parallel(work, s.cfg.AdmitParallelism, func(reqs []admitReq) {
 		for _, r := range reqs {
-			if !s.reserve(ctx, r) {
+			if !s.reserve(ctx, r) && !r.traverse {
 				return
 			}
 		}
@@ -495,10 +529,14 @@ type admitReq struct {
 	job    *api.Job
 	amount api.Resource
 	bound  int
+	// traverse: the queue's dequeueStrategy lets later jobs pass this one
+	// when it is refused.
+	traverse bool
 }
 
 // reserve asks the coordinator for one job's reservation and records the
-// answer; it reports whether the job was admitted. Called concurrently by
+// answer; it reports whether the jobs behind it in its queue may be asked
+// for now (it was admitted, or it can never fit). Called concurrently by
 // admit's workers.
 func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 	j := r.job
@@ -506,7 +544,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
 	cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
 	t0 := time.Now()
-	_, err := s.deps.Quota.Reserve(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, r.amount)
+	res, err := s.deps.Quota.Reserve(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, r.amount)
 	s.hist.reserve.Observe(time.Since(t0).Seconds())
 	cancel()
 	span.SetAttributes(attribute.Bool("admitted", err == nil))
@@ -521,11 +559,20 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", r.amount.String())
 		s.mu.Lock()
 		s.admitted[j.UID] = admission{job: *j, queue: j.Queue}
+		// The reservation may predate this ask (a queue that changed
+		// owner, a retry): what it holds is what the answer says.
+		s.cover[j.UID] = res.Reservation.Amount
 		delete(s.quotaWait, j.UID)
 		s.mu.Unlock()
-		if j.Phase == api.JobPending || j.Phase == "" {
+		if j.Phase == api.JobPending || j.Phase == api.JobCompleted || j.Phase == "" {
 			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
 		}
+	case errors.As(err, &qe) && qe.Asked > qe.Capability:
+		// Larger than a level's capability: it can never fit there, so
+		// it must not hold up the jobs behind it.
+		s.backOffAdmission(j.UID)
+		s.neverFitsStatus(j, qe.Queue, qe.Resource, qe.Asked, qe.Capability)
+		return true
 	case errors.As(err, &qe):
 		s.stats.quotaWaits.Add(1)
 		s.backOffAdmission(j.UID)
@@ -552,6 +599,52 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 	return err == nil
 }
 
+// dequeueTraverse reports whether queue q's dequeueStrategy is traverse
+// (a job waiting for quota lets later ones pass); fifo is the default.
+func (s *Scheduler) dequeueTraverse(q string) bool {
+	tree := s.Tree()
+	if tree == nil {
+		return false
+	}
+	spec, _ := tree.Get(q)
+	return spec.DequeueStrategy == api.DequeueTraverse
+}
+
+// queuePath is q and its ancestors, leaf first (nil without a tree).
+func (s *Scheduler) queuePath(q string) []string {
+	tree := s.Tree()
+	if tree == nil {
+		return nil
+	}
+	p, _ := tree.Path(q)
+	return p
+}
+
+// refuseNeverFits reports whether amount is above the capability of a level
+// of path (so the job can never be admitted) and, if so, says so on the
+// PodGroup and backs it off.
+func (s *Scheduler) refuseNeverFits(j *api.Job, path []string, amount api.Resource) bool {
+	q, dim, asked, capv, never := neverFits(s.Tree(), path, amount)
+	if !never {
+		return false
+	}
+	s.backOffAdmission(j.UID)
+	s.neverFitsStatus(j, q, dim, asked, capv)
+	return true
+}
+
+// neverFitsStatus marks a job that asks more than a queue level's
+// capability as Unschedulable, with an event (rate-limited).
+func (s *Scheduler) neverFitsStatus(j *api.Job, queue, dim string, asked, capv int64) {
+	msg := fmt.Sprintf("can never be admitted: it asks for %s of %s, above the capability %s of queue %q; jobs behind it are not held up",
+		api.FormatQuantity(dim, asked), dim, api.FormatQuantity(dim, capv), queue)
+	s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+		Type: "Unschedulable", Status: "True", Reason: "QueueCapabilityTooSmall", Message: msg}}})
+	if s.rateLimited(j.UID) {
+		s.deps.Recorder.Unschedulable(j, msg)
+	}
+}
+
 // backOffAdmission makes a job that was not admitted (no quota, a bad
 // queue, the coordinator unreachable) wait before it is asked
 // for again, 50 ms doubling to 2 s, not on every cycle (50 times a second).
@@ -562,30 +655,6 @@ func (s *Scheduler) backOffAdmission(uid string) {
 	w.delay = min(max(2*w.delay, 50*time.Millisecond), 2*time.Second)
 	w.until = s.cfg.Now().Add(w.delay)
 	s.quotaWait[uid] = w
-}
-
-// gangAmount is what a job reserves: minResources, or the sum of its first
-// minMember tasks (bound ones included). ok is false while fewer than
-// minMember tasks exist.
-func (s *Scheduler) gangAmount(j *api.Job, pending []*api.Task, bound int) (api.Resource, bool) {
-	min := int(j.MinMember)
-	if min < 1 {
-		min = 1
-	}
-	if len(pending)+bound < min {
-		return api.Resource{}, false
-	}
-	if j.MinResources != nil && !j.MinResources.IsZero() {
-		return j.MinResources.Clone(), true
-	}
-	sum := s.summary(j).Allocated.Clone()
-	for i := 0; i < len(pending) && i < min-bound; i++ {
-		sum, _ = sum.Add(pending[i].Request.With(api.Pods, 0))
-	}
-	if sum.IsZero() {
-		sum = sum.With(api.Pods, int64(min))
-	}
-	return sum, true
 }
 
 // placeAdmitted places the pending tasks of the jobs this shard places
@@ -612,16 +681,36 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	})
 	placedJobs, mine := map[string]bool{}, map[string]bool{}
 	defer func() { s.endHold(placedJobs, mine, live) }()
-	var unheld []*api.NodeBooks // nodes minus the held ones, computed once
+	// First the roles, and the reservations of the jobs placed here resized
+	// to what their tasks ask (in parallel; the client batches them), so
+	// that placement below binds only what the reservations cover.
+	type roled struct {
+		j       *api.Job
+		role    role
+		pending []*api.Task
+		bound   int
+	}
+	var work []roled
+	var resizes []resizeReq
 	for _, j := range jobs {
 		role := s.roleOf(ctx, j)
 		if role == notMine {
 			continue
 		}
+		pending, bound, _ := s.jobTasks(j)
 		if role == asOwner || role == asClaimer {
 			mine[j.UID] = true
+			if r, ok := s.wantResize(j, pending, now); ok {
+				resizes = append(resizes, r)
+			}
 		}
-		pending, bound, _ := s.jobTasks(j)
+		work = append(work, roled{j: j, role: role, pending: pending, bound: bound})
+	}
+	s.forgetCover(mine)
+	parallel(resizes, s.cfg.AdmitParallelism, func(r resizeReq) { s.resize(ctx, r) })
+	var unheld []*api.NodeBooks // nodes minus the held ones, computed once
+	for _, w := range work {
+		j, role, pending, bound := w.j, w.role, w.pending, w.bound
 		if role == placedElsewhere {
 			if s.needsConfirm(j, bound) {
 				confirms = append(confirms, confirmReq{job: j, bound: bound})
@@ -641,6 +730,11 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		}
 		if need > len(ready) {
 			continue // part of the gang is in backoff: wait for it
+		}
+		// The quota rule: only what the reservation covers is placed.
+		ready = ready[:s.coveredTasks(j, ready)]
+		if need > len(ready) {
+			continue // the reservation has not grown enough yet
 		}
 		_, pspan := s.tracer.Start(ctx, "scheduler.place", trace.WithAttributes(
 			attribute.String("job", j.Key()), attribute.Int("tasks", len(ready)), attribute.Int("min_member", need), attribute.Int("nodes_considered", len(nodes))))
@@ -857,6 +951,7 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 		s.log.Warn("reservation lost before confirm; admitting again", "job", j.Key())
 		s.mu.Lock()
 		delete(s.admitted, j.UID)
+		delete(s.cover, j.UID)
 		s.mu.Unlock()
 		return
 	}
@@ -905,6 +1000,8 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 		s.mu.Lock()
 		delete(s.admitted, uid)
 		delete(s.confirmed, uid)
+		delete(s.cover, uid)
+		delete(s.resizeWait, uid)
 		s.mu.Unlock()
 	})
 	s.forgetReleased(ctx, gone)
@@ -938,6 +1035,11 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 	for uid := range s.quotaWait {
 		if !liveJobs[uid] {
 			delete(s.quotaWait, uid)
+		}
+	}
+	for uid := range s.resizeWait {
+		if !liveJobs[uid] {
+			delete(s.resizeWait, uid)
 		}
 	}
 	for uid := range s.statusOf {

@@ -1,0 +1,125 @@
+package scheduler
+
+import (
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/cache"
+)
+
+// The quota rule, as the scheduler keeps it: at every moment, for every
+// queue and each of its ancestors, the requests of the bound, unfinished
+// pods of its subtree ≤ its capability. The coordinator checks every level
+// of each reservation; the scheduler makes every bound pod covered by its
+// job's reservation:
+//
+//   - admission reserves max(minResources, the requests of the bound tasks
+//     and of the first minMember pending ones) — what the pods ask counts,
+//     not only what the PodGroup claims;
+//   - a task is bound only while the job's reservation covers it: the
+//     requests of the job's bound tasks (assumed ones and binds in flight
+//     included) plus the tasks placed now ≤ the reservation;
+//   - before tasks beyond that are placed, the shard placing the job asks
+//     the coordinator to grow the reservation, one absolute target per
+//     pending task (Resize), checked at every level like a new reservation;
+//   - when tasks finish, the reservation shrinks to what is still bound
+//     (and, while the gang is not whole, what admission asked).
+//
+// These functions are the pure part of that: no I/O, no locks.
+
+// taskQuota is what one task counts against its queue: its request, as one
+// pod.
+func taskQuota(t *api.Task) api.Resource { return t.Request.With(api.Pods, 1) }
+
+// jobUse is what a job's bound, unfinished member tasks count against its
+// queue (binds in flight included: the cache counts assumed tasks as bound).
+func jobUse(sum cache.JobSummary) api.Resource {
+	return sum.Allocated.With(api.Pods, int64(sum.Bound))
+}
+
+// admitAmount is what a job reserves to be admitted: max(minResources, the
+// requests of its bound tasks and of the first minMember−bound pending
+// ones), with pending sorted as jobTasks sorts them. ok is false while
+// fewer than minMember tasks exist (the gang cannot be sized yet).
+func admitAmount(j *api.Job, pending []*api.Task, sum cache.JobSummary) (api.Resource, bool) {
+	min := max(int(j.MinMember), 1)
+	if len(pending)+sum.Bound < min {
+		return api.Resource{}, false
+	}
+	amount := jobUse(sum)
+	for i := 0; i < len(pending) && i < min-sum.Bound; i++ {
+		amount, _ = amount.Add(taskQuota(pending[i]))
+	}
+	if j.MinResources != nil {
+		amount = amount.Max(*j.MinResources)
+	}
+	return amount, true
+}
+
+// maxTargets bounds the targets of one resize (a Deployment of thousands of
+// replicas grows in several cycles).
+const maxTargets = 256
+
+// resizeTargets are the absolute amounts a job's reservation should take,
+// in order, for the coordinator to apply while they fit: first the floor
+// (what its bound tasks use, and while the gang is not whole what
+// admission asked), then the floor grown by each pending task in turn. The
+// last target is what would cover every task of the job. pending is in
+// placement order (jobTasks).
+func resizeTargets(j *api.Job, pending []*api.Task, sum cache.JobSummary) []api.Resource {
+	use := jobUse(sum)
+	floor := use
+	if sum.Bound < max(int(j.MinMember), 1) {
+		if a, ok := admitAmount(j, pending, sum); ok {
+			floor = floor.Max(a)
+		} else if j.MinResources != nil {
+			floor = floor.Max(*j.MinResources)
+		}
+	}
+	targets := []api.Resource{floor}
+	acc := use
+	for _, t := range pending {
+		if len(targets) >= maxTargets {
+			break
+		}
+		acc, _ = acc.Add(taskQuota(t))
+		next := acc.Max(floor)
+		if !next.Equal(targets[len(targets)-1]) {
+			targets = append(targets, next)
+		}
+	}
+	return targets
+}
+
+// covered returns how many of tasks, taken in order, the reservation
+// amount covers on top of what the job's bound tasks use.
+func covered(amount, use api.Resource, tasks []*api.Task) int {
+	acc := use
+	for i, t := range tasks {
+		next, err := acc.Add(taskQuota(t))
+		if err != nil || !next.LessEqual(amount) {
+			return i
+		}
+		acc = next
+	}
+	return len(tasks)
+}
+
+// neverFits reports the first level of path (leaf first) whose capability
+// is below amount in some dimension: a job asking for amount cannot be
+// admitted there even with the queue empty.
+func neverFits(tree *api.Tree, path []string, amount api.Resource) (queue, dim string, asked, capv int64, ok bool) {
+	if tree == nil {
+		return "", "", 0, 0, false
+	}
+	for _, q := range path {
+		spec, found := tree.Get(q)
+		if !found {
+			continue
+		}
+		for _, d := range amount.Dims() {
+			if c, set := spec.Capability.Get(d); set && amount.Get(d) > c {
+				return q, d, amount.Get(d), c, true
+			}
+		}
+	}
+	return "", "", 0, 0, false
+}

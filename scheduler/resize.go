@@ -1,0 +1,226 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/shard"
+)
+
+// Reconciliation: a queue's owner compares the coordinator's reservations
+// of its queues with the jobs that exist, when it takes a queue and every
+// ReconcileEvery after, and releases the orphans: reservations whose job is
+// gone (matched by UID) or has no pending and no bound task while nobody
+// here admitted it (it ended while its queue changed owner). A reservation
+// is released only when found orphaned by two passes OrphanGrace apart, so
+// a job the informer has not shown yet is not mistaken for a gone one.
+const (
+	reconcileEvery = 10 * time.Second
+	orphanGrace    = 5 * time.Second
+)
+
+// reconcile runs one pass when due (loop only). byQueue holds the jobs of
+// the queues this shard owns; live every job's UID.
+func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue map[string][]*api.Job) {
+	tree := s.Tree()
+	if tree == nil {
+		return
+	}
+	now := s.cfg.Now()
+	owned := map[string]bool{}
+	taken := false
+	for _, q := range tree.Names() {
+		if s.deps.Ownership.Holds(shard.QueueKey(q)) {
+			owned[q] = true
+			taken = taken || !s.reconQueues[q]
+		}
+	}
+	s.reconQueues = owned
+	every := reconcileEvery
+	if len(s.orphans) > 0 {
+		every = orphanGrace // confirm the suspects sooner
+	}
+	if len(owned) == 0 || (!taken && now.Sub(s.lastRecon) < every) {
+		return
+	}
+	s.lastRecon = now
+	jobs := map[string]*api.Job{}
+	for _, js := range byQueue {
+		for _, j := range js {
+			jobs[j.UID] = j
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	list, err := s.deps.Quota.List(cctx)
+	cancel()
+	if err != nil {
+		s.log.Warn("reconciliation: reservations not listed", "err", err)
+		return
+	}
+	seen := map[string]bool{}
+	var release []string
+	for _, r := range list.Reservations {
+		uid := r.Job.UID
+		if !owned[r.Queue] || !s.orphaned(uid, live, jobs) {
+			continue
+		}
+		seen[uid] = true
+		first, ok := s.orphans[uid]
+		switch {
+		case !ok:
+			s.orphans[uid] = now
+		case now.Sub(first) >= orphanGrace:
+			release = append(release, uid)
+		}
+	}
+	for uid := range s.orphans {
+		if !seen[uid] {
+			delete(s.orphans, uid)
+		}
+	}
+	parallel(release, s.cfg.AdmitParallelism, func(uid string) {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		_, err := s.deps.Quota.Release(cctx, uid)
+		cancel()
+		if err != nil {
+			s.log.Warn("reconciliation: orphan not released", "job uid", uid, "err", err)
+			return
+		}
+		s.log.Info("reconciliation: released a reservation with no job to cover", "job uid", uid)
+		s.stats.orphans.Add(1)
+	})
+	for _, uid := range release {
+		delete(s.orphans, uid)
+	}
+}
+
+// orphaned reports whether a reservation of uid, in a queue this shard
+// owns, covers nothing: its job is gone, or exists with no pending and no
+// bound member and is not admitted here.
+func (s *Scheduler) orphaned(uid string, live map[string]bool, jobs map[string]*api.Job) bool {
+	if !live[uid] {
+		return true
+	}
+	j, ok := jobs[uid]
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	_, adm := s.admitted[uid]
+	s.mu.Unlock()
+	if adm {
+		return false
+	}
+	sum := s.summary(j)
+	return sum.Pending == 0 && sum.Bound == 0
+}
+
+// resizeReq is one reservation to bring to what its job's tasks ask.
+type resizeReq struct {
+	job     *api.Job
+	targets []api.Resource
+}
+
+// wantResize decides whether the reservation of j, a job this shard
+// places, should change: it should cover exactly the job's bound tasks and
+// its pending ones (resizeTargets), and this shard does not know its amount
+// yet or knows a different one. A refused grow is not asked for again
+// before its backoff ends. Loop only.
+func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time) (resizeReq, bool) {
+	targets := resizeTargets(j, pending, s.summary(j))
+	s.mu.Lock()
+	cur, known := s.cover[j.UID]
+	w, waiting := s.resizeWait[j.UID]
+	s.mu.Unlock()
+	if known && cur.Equal(targets[len(targets)-1]) {
+		return resizeReq{}, false
+	}
+	if known && waiting && now.Before(w.until) {
+		// Refused a moment ago. A shrink (tasks finished) still goes at
+		// once: it only gives quota back.
+		if !targets[0].LessEqual(cur) || targets[0].Equal(cur) {
+			return resizeReq{}, false
+		}
+		targets = targets[:1]
+	}
+	return resizeReq{job: j, targets: targets}, true
+}
+
+// resize asks the coordinator for one resize and records the amount it
+// answers. Called concurrently for different jobs.
+func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
+	j := r.job
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	res, err := s.deps.Quota.Resize(cctx, j.UID, r.targets)
+	cancel()
+	switch {
+	case errors.Is(err, coordinator.ErrNotFound):
+		// No reservation (released, or gone with an expired lease): the
+		// owner admits the job again; nothing more is bound meanwhile.
+		s.mu.Lock()
+		delete(s.cover, j.UID)
+		delete(s.admitted, j.UID)
+		s.mu.Unlock()
+		return
+	case err != nil:
+		s.log.Warn("resize failed", "job", j.Key(), "err", err)
+		s.backOffResize(j.UID)
+		return
+	}
+	s.mu.Lock()
+	s.cover[j.UID] = res.Reservation.Amount
+	if res.Refused == nil {
+		delete(s.resizeWait, j.UID)
+	}
+	s.mu.Unlock()
+	if res.Refused != nil {
+		s.backOffResize(j.UID)
+		s.stats.quotaWaits.Add(1)
+		waiting := len(r.targets) - max(res.Granted, 1)
+		msg := fmt.Sprintf("%d more task(s) wait for quota: %v", waiting, res.Refused)
+		if s.rateLimited(j.UID) {
+			s.deps.Recorder.Unschedulable(j, msg)
+		}
+	}
+}
+
+// backOffResize makes a job whose grow was refused wait before asking
+// again: 50 ms doubling to 2 s.
+func (s *Scheduler) backOffResize(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.resizeWait[uid]
+	w.delay = min(max(2*w.delay, 50*time.Millisecond), 2*time.Second)
+	w.until = s.cfg.Now().Add(w.delay)
+	s.resizeWait[uid] = w
+}
+
+// forgetCover drops what this shard knew of the reservations of jobs it
+// does not place this cycle (mine are those it does): another shard may
+// resize them meanwhile, so their amount is learnt again (by a resize)
+// before this shard places them again.
+func (s *Scheduler) forgetCover(mine map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid := range s.cover {
+		if !mine[uid] {
+			delete(s.cover, uid)
+		}
+	}
+}
+
+// coveredTasks is how many of ready (in order) j's reservation covers on
+// top of its bound tasks.
+func (s *Scheduler) coveredTasks(j *api.Job, ready []*api.Task) int {
+	s.mu.Lock()
+	amount, ok := s.cover[j.UID]
+	s.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return covered(amount, jobUse(s.summary(j)), ready)
+}
