@@ -709,3 +709,14 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	w.log.Debug(string(p))
 	return len(p), nil
 }
+
+// QueueUse is a shard's ownership of queues, by queue name: Use reports
+// whether the shard holds the queue's record and keeps it from being
+// released until Done (status.Fence, for writes of a Queue's status).
+type QueueUse struct{ Shard *Shard }
+
+// Use is Shard.Use of the queue's key.
+func (q QueueUse) Use(queue string) bool { return q.Shard.Use(QueueKey(queue)) }
+
+// Done is Shard.Done of the queue's key.
+func (q QueueUse) Done(queue string) { q.Shard.Done(QueueKey(queue)) }

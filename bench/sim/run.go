@@ -257,7 +257,8 @@ func (s *sim) startShard(ctx context.Context, name string) (err error) {
 	}
 	parts := s.cfg.Partitions
 	p.cache = cache.New(cache.Options{Owns: func(string) bool { return false }})
-	p.status, err = status.New(&StatusWriter{c: s.cl, shard: name}, status.DefaultConfig())
+	// As the daemon does: a Queue's status only while its record is held.
+	p.status, err = status.New(status.FenceQueues(&StatusWriter{c: s.cl, shard: name}, shard.QueueUse{Shard: p.sh}), status.DefaultConfig())
 	if err != nil {
 		return err
 	}

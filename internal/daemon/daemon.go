@@ -136,7 +136,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	statusWriter := kube.NewStatusWriter(vc, "shardsched")
 	// Queue status is written only while this shard holds the queue's
 	// record (one writer per Queue, also across an ownership change).
-	batcher, err := status.New(status.FenceQueues(statusWriter, QueueFence{Ownership: sh}), stCfg)
+	batcher, err := status.New(status.FenceQueues(statusWriter, shard.QueueUse{Shard: sh}), stCfg)
 	if err != nil {
 		return err
 	}
@@ -297,18 +297,3 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	wg.Wait()
 	return nil
 }
-
-// QueueFence lets a Queue's status be written only while Ownership holds
-// the queue's key (status.Fence over a shard's ownership records).
-type QueueFence struct {
-	Ownership interface {
-		Use(key string) bool
-		Done(key string)
-	}
-}
-
-// Use reports whether the queue's record is held, and keeps it until Done.
-func (f QueueFence) Use(queue string) bool { return f.Ownership.Use(shard.QueueKey(queue)) }
-
-// Done ends a Use.
-func (f QueueFence) Done(queue string) { f.Ownership.Done(shard.QueueKey(queue)) }
