@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/cockroachdb/datadriven v1.0.3
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/prometheus/client_golang v1.24.1
 	go.etcd.io/etcd/api/v3 v3.7.3

@@ -334,6 +334,8 @@ type rig struct {
 	claims *fakeClaims
 	now    time.Time
 	mu     sync.Mutex // guards now
+	// stopBinders stops the bind workers (test goroutine only).
+	stopBinders func()
 }
 
 func newRig(t *testing.T, name string, notHeld ...string) *rig {
@@ -353,13 +355,27 @@ func newRig(t *testing.T, name string, notHeld ...string) *rig {
 		t.Fatal(err)
 	}
 	r.s = s
+	r.start(t)
+	return r
+}
+
+// start runs the scheduler's bind workers until stop (or the test's end).
+func (r *rig) start(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	wait := s.StartBinders(ctx)
-	t.Cleanup(func() {
+	wait := r.s.StartBinders(ctx)
+	r.stopBinders = func() {
 		cancel()
 		wait()
-	})
-	return r
+	}
+	t.Cleanup(r.stop)
+}
+
+// stop stops the bind workers started last.
+func (r *rig) stop() {
+	if r.stopBinders != nil {
+		r.stopBinders()
+		r.stopBinders = nil
+	}
 }
 
 func (r *rig) clock() time.Time {

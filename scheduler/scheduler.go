@@ -717,11 +717,14 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			}
 			continue
 		}
+		// A gang that is bound is confirmed, whatever else of the job
+		// still waits (for quota, for room): its reservation must not go
+		// with this shard's lease while its pods run.
+		if role == asOwner && s.needsConfirm(j, bound) {
+			confirms = append(confirms, confirmReq{job: j, bound: bound})
+		}
 		ready := s.readyTasks(pending, now)
 		if len(ready) == 0 {
-			if role == asOwner && s.needsConfirm(j, bound) {
-				confirms = append(confirms, confirmReq{job: j, bound: bound})
-			}
 			continue
 		}
 		need := int(j.MinMember) - bound

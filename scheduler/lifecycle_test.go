@@ -1,0 +1,334 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/coordinator"
+)
+
+// Scenario files for a job's quota lifecycle (testdata/lifecycle/*.txt),
+// one per case of the quota-lifecycle issue: the real scheduler over a real
+// cache and the coordinator's real Ledger (behind fakeQuota), a virtual
+// clock, and a small world the commands change. Run with -rewrite to
+// replace the expected output.
+//
+// Commands:
+//
+//	queue name=Q [parent=P] [cpu=N] [dequeue=traverse]   declare or change a queue (capability in CPUs)
+//	node name=N cpu=C                                      a node with C CPUs
+//	job name=J [queue=Q] [min=M] [tasks=T] [cpu=C] [minres=MILLICPU] [implicit]
+//	                                                       a PodGroup and T pending tasks of C CPUs
+//	tasks job=J n=N [cpu=C]                                N more pending tasks (a Job controller's next pods)
+//	finish job=J n=N                                       N bound tasks succeed
+//	delete job=J                                           the PodGroup and its tasks are gone
+//	cycle [n=N]                                            N scheduling cycles, 100 ms apart
+//	advance d=DURATION                                     the clock moves
+//	restart                                                a new scheduler on the same cache and ledger (an owner that restarted)
+//	reserve job=J cpu=C                                    someone else reserved for J (a previous owner)
+//	state                                                  what is bound, what is reserved, each queue's use from the pods
+//
+// Every command that changes the world is followed by a check of the quota
+// rule from the truth (the tasks bound and not finished, by the binder's
+// record): a violation is printed as OVERRUN in the output.
+func TestLifecycleScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata/lifecycle", func(t *testing.T, path string) {
+		w := newWorld(t)
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return w.run(t, d)
+		})
+	})
+}
+
+// world is a scenario's state around one rig.
+type world struct {
+	r      *rig
+	specs  map[string]api.QueueSpec
+	jobs   map[string]*wJob
+	tasks  map[string]*api.Task // by UID: every task made
+	done   map[string]bool      // tasks finished
+	serial int
+}
+
+type wJob struct {
+	job   api.Job
+	tasks []string // UIDs, in creation order
+}
+
+func newWorld(t *testing.T) *world {
+	return &world{r: newRig(t, "shard-o"), specs: map[string]api.QueueSpec{}, jobs: map[string]*wJob{}, tasks: map[string]*api.Task{}, done: map[string]bool{}}
+}
+
+func argInt(t *testing.T, d *datadriven.TestData, key string, def int64) int64 {
+	t.Helper()
+	for _, a := range d.CmdArgs {
+		if a.Key == key && len(a.Vals) > 0 {
+			v, err := strconv.ParseInt(a.Vals[0], 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %s=%q: %v", d.Pos, key, a.Vals[0], err)
+			}
+			return v
+		}
+	}
+	return def
+}
+
+func argStr(d *datadriven.TestData, key, def string) string {
+	for _, a := range d.CmdArgs {
+		if a.Key == key {
+			if len(a.Vals) > 0 {
+				return a.Vals[0]
+			}
+			return "true"
+		}
+	}
+	return def
+}
+
+func (w *world) run(t *testing.T, d *datadriven.TestData) string {
+	ctx := context.Background()
+	switch d.Cmd {
+	case "queue":
+		spec := api.QueueSpec{Name: argStr(d, "name", ""), Parent: argStr(d, "parent", ""), DequeueStrategy: argStr(d, "dequeue", "")}
+		if c := argInt(t, d, "cpu", -1); c >= 0 {
+			l, err := api.NewLimit(map[string]int64{api.CPU: c * 1000})
+			if err != nil {
+				return err.Error()
+			}
+			spec.Capability = l
+		}
+		w.specs[spec.Name] = spec
+		var specs []api.QueueSpec
+		for _, s := range w.specs {
+			specs = append(specs, s)
+		}
+		sort.Slice(specs, func(a, b int) bool { return specs[a].Name < specs[b].Name })
+		if err := w.r.quota.setQueues(specs); err != nil {
+			return err.Error()
+		}
+		tree, err := api.BuildTree(specs)
+		if err != nil {
+			return err.Error()
+		}
+		w.r.s.SetTree(tree)
+		return "ok"
+	case "node":
+		w.r.node(argStr(d, "name", ""), argInt(t, d, "cpu", 8))
+		return "ok"
+	case "job":
+		name := argStr(d, "name", "")
+		j := api.Job{Namespace: "ns", Name: name, UID: name + "-uid" + strconv.Itoa(w.serial), Queue: argStr(d, "queue", "q"),
+			MinMember: int32(argInt(t, d, "min", 1)), Phase: api.JobPending, Implicit: argStr(d, "implicit", "") != "",
+			Created: w.r.clock().Add(time.Duration(w.serial) * time.Millisecond)} // in the order declared
+		w.serial++
+		if m := argInt(t, d, "minres", -1); m >= 0 {
+			r := api.NewResource(m, 0, nil)
+			j.MinResources = &r
+		}
+		w.jobs[name] = &wJob{job: j}
+		w.r.c.AddOrUpdateJob(j)
+		w.addTasks(name, int(argInt(t, d, "tasks", 1)), argInt(t, d, "cpu", 1))
+		return w.check()
+	case "tasks":
+		name := argStr(d, "job", "")
+		if w.jobs[name] == nil {
+			return "no job " + name
+		}
+		w.addTasks(name, int(argInt(t, d, "n", 1)), argInt(t, d, "cpu", 1))
+		return w.check()
+	case "finish":
+		name := argStr(d, "job", "")
+		n := int(argInt(t, d, "n", 1))
+		binds := w.r.binder.Binds()
+		for _, uid := range w.jobs[name].tasks {
+			node, bound := binds[uid]
+			if n == 0 || !bound || w.done[uid] {
+				continue
+			}
+			tk := *w.tasks[uid]
+			tk.NodeName, tk.Phase = node, api.TaskSucceeded
+			w.r.c.AddOrUpdateTask(tk)
+			w.done[uid] = true
+			n--
+		}
+		if n > 0 {
+			return fmt.Sprintf("only %d bound tasks to finish", int(argInt(t, d, "n", 1))-n)
+		}
+		return w.check()
+	case "delete":
+		name := argStr(d, "job", "")
+		wj := w.jobs[name]
+		for _, uid := range wj.tasks {
+			w.r.c.DeleteTask(uid)
+			w.done[uid] = true
+		}
+		w.r.c.DeleteJob(wj.job.UID)
+		return w.check()
+	case "cycle":
+		w.r.cycles(t, int(argInt(t, d, "n", 1)))
+		return w.check()
+	case "advance":
+		dur, err := time.ParseDuration(argStr(d, "d", "1s"))
+		if err != nil {
+			return err.Error()
+		}
+		w.r.advance(dur)
+		return "ok"
+	case "restart":
+		w.r.restart(t)
+		return "ok"
+	case "reserve":
+		wj := w.jobs[argStr(d, "job", "")]
+		res, err := w.r.quota.Reserve(ctx, coordinator.JobRef{Namespace: "ns", Name: wj.job.Name, UID: wj.job.UID}, wj.job.Queue,
+			api.NewResource(argInt(t, d, "cpu", 1)*1000, 0, nil))
+		if err != nil {
+			return err.Error()
+		}
+		return "reserved " + res.Reservation.Amount.String()
+	case "state":
+		return w.state()
+	}
+	t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+	return ""
+}
+
+func (w *world) addTasks(job string, n int, cpu int64) {
+	wj := w.jobs[job]
+	for i := 0; i < n; i++ {
+		k := len(wj.tasks)
+		tk := &api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", job, k), UID: fmt.Sprintf("%s-t%d", wj.job.UID, k), Job: job,
+			Implicit: wj.job.Implicit, Queue: wj.job.Queue,
+			Request: api.NewResource(cpu*1000, 0, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano",
+			Created: w.r.clock()}
+		w.tasks[tk.UID] = tk
+		wj.tasks = append(wj.tasks, tk.UID)
+		w.r.c.AddOrUpdateTask(*tk)
+	}
+}
+
+// usage is, per queue (every level), the requests of the tasks bound and
+// not finished: the truth, from the binder's record, never from the ledger.
+func (w *world) usage() map[string]api.Resource {
+	tree := w.r.s.Tree()
+	out := map[string]api.Resource{}
+	for uid := range w.r.binder.Binds() {
+		if w.done[uid] {
+			continue
+		}
+		tk := w.tasks[uid]
+		q := tk.Queue
+		path := []string{q}
+		if tree != nil {
+			if p, err := tree.Path(q); err == nil {
+				path = p
+			}
+		}
+		for _, l := range path {
+			out[l], _ = out[l].Add(tk.Request.With(api.Pods, 0))
+		}
+	}
+	return out
+}
+
+// check is "ok", or each level whose use from the pods is above its
+// capability.
+func (w *world) check() string {
+	return strings.Join(overruns(w.r.s.Tree(), w.usage()), "\n")
+}
+
+// overruns lists the levels where use exceeds the capability.
+func overruns(tree *api.Tree, use map[string]api.Resource) []string {
+	var out []string
+	if tree == nil {
+		return []string{"ok"}
+	}
+	for _, q := range tree.Names() {
+		spec, _ := tree.Get(q)
+		if d, over, bad := spec.Capability.Excess(use[q]); bad {
+			out = append(out, fmt.Sprintf("OVERRUN queue %s: %s over capability by %d", q, d, over))
+		}
+	}
+	if len(out) == 0 {
+		return []string{"ok"}
+	}
+	return out
+}
+
+func (w *world) state() string {
+	var b strings.Builder
+	binds := w.r.binder.Binds()
+	names := make([]string, 0, len(w.jobs))
+	for n := range w.jobs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	res := map[string]coordinator.Reservation{}
+	list, _ := w.r.quota.List(context.Background())
+	for _, r := range list.Reservations {
+		res[r.Job.UID] = r
+	}
+	for _, n := range names {
+		wj := w.jobs[n]
+		var bound, pending, done int
+		for _, uid := range wj.tasks {
+			switch _, ok := binds[uid]; {
+			case w.done[uid]:
+				done++
+			case ok:
+				bound++
+			default:
+				pending++
+			}
+		}
+		r, ok := res[wj.job.UID]
+		reserved := "none"
+		if ok {
+			reserved = fmt.Sprintf("%s (%s)", r.Amount.With(api.Pods, 0), r.State)
+		}
+		fmt.Fprintf(&b, "job %s: bound=%d pending=%d done=%d reserved=%s\n", n, bound, pending, done, reserved)
+	}
+	use := w.usage()
+	if tree := w.r.s.Tree(); tree != nil {
+		for _, q := range tree.Names() {
+			spec, _ := tree.Get(q)
+			c := "unlimited"
+			if v, set := spec.Capability.Get(api.CPU); set {
+				c = api.FormatQuantity(api.CPU, v)
+			}
+			if use[q].IsZero() && c == "unlimited" {
+				continue
+			}
+			fmt.Fprintf(&b, "queue %s: cpu used %s of %s\n", q, api.FormatQuantity(api.CPU, use[q].MilliCPU), c)
+		}
+	}
+	b.WriteString(strings.Join(overruns(w.r.s.Tree(), use), "\n"))
+	return b.String()
+}
+
+// restart replaces the rig's scheduler with a new one on the same cache,
+// quota and fakes: everything the old one remembered is lost, as when a
+// queue's owner restarts.
+func (r *rig) restart(t *testing.T) {
+	t.Helper()
+	tree := r.s.Tree()
+	r.stop()
+	cfg := DefaultConfig()
+	cfg.Seed = 2
+	cfg.Now = r.clock
+	s, err := New(cfg, Deps{Cache: r.c, Ownership: r.own, Quota: r.quota, Binder: r.binder, Recorder: nopRecorder{},
+		Status: nopStatus{}, Peers: r.peers, Claims: r.claims})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetTree(tree)
+	r.s = s
+	r.start(t)
+}
