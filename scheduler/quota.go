@@ -61,10 +61,12 @@ const maxTargets = 256
 // resizeTargets are the absolute amounts a job's reservation should take,
 // in order, for the coordinator to apply while they fit: first the floor
 // (what its bound tasks use, and while the gang is not whole what
-// admission asked), then the floor grown by each pending task in turn. The
-// last target is what would cover every task of the job. pending is in
-// placement order (jobTasks).
-func resizeTargets(j *api.Job, pending []*api.Task, sum cache.JobSummary) []api.Resource {
+// admission asked), then the floor grown by each pending task in turn, as
+// long as the growth beyond the floor fits in room (what this shard's nodes
+// have free: quota is not held for pods that have nowhere to go). pending
+// is in placement order (jobTasks). The floor is never zero for a job with
+// a task.
+func resizeTargets(j *api.Job, pending []*api.Task, sum cache.JobSummary, room api.Resource) []api.Resource {
 	use := jobUse(sum)
 	floor := use
 	if sum.Bound < max(int(j.MinMember), 1) {
@@ -82,9 +84,13 @@ func resizeTargets(j *api.Job, pending []*api.Task, sum cache.JobSummary) []api.
 		}
 		acc, _ = acc.Add(taskQuota(t))
 		next := acc.Max(floor)
-		if !next.Equal(targets[len(targets)-1]) {
-			targets = append(targets, next)
+		if next.Equal(targets[len(targets)-1]) {
+			continue // within the floor
 		}
+		if !lessClamped(next, floor).With(api.Pods, 0).LessEqual(room) {
+			break
+		}
+		targets = append(targets, next)
 	}
 	return targets
 }
@@ -122,4 +128,15 @@ func neverFits(tree *api.Tree, path []string, amount api.Resource) (queue, dim s
 		}
 	}
 	return "", "", 0, 0, false
+}
+
+// lessClamped is a − b with each dimension floored at zero.
+func lessClamped(a, b api.Resource) api.Resource {
+	out := api.Resource{}
+	for _, d := range a.Dims() {
+		if v := a.Get(d) - b.Get(d); v > 0 {
+			out = out.With(d, v)
+		}
+	}
+	return out
 }

@@ -130,12 +130,25 @@ type resizeReq struct {
 // its pending ones (resizeTargets), and this shard does not know its amount
 // yet or knows a different one. A refused grow is not asked for again
 // before its backoff ends. Loop only.
-func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time) (resizeReq, bool) {
-	targets := resizeTargets(j, pending, s.summary(j))
+//
+// room is what is free on this shard's nodes and not yet promised to an
+// earlier job's grow this cycle: the reservation grows only for the tasks
+// that fit in it (resizeTargets), and room shrinks by that growth.
+func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, room *api.Resource) (resizeReq, bool) {
+	sum := s.summary(j)
+	targets := resizeTargets(j, pending, sum, *room)
+	if targets[0].IsZero() {
+		return resizeReq{}, false // no task: nothing to hold
+	}
 	s.mu.Lock()
 	cur, known := s.cover[j.UID]
 	w, waiting := s.resizeWait[j.UID]
 	s.mu.Unlock()
+	base := jobUse(sum)
+	if known {
+		base = cur
+	}
+	*room = lessClamped(*room, lessClamped(targets[len(targets)-1], base).With(api.Pods, 0))
 	if known && cur.Equal(targets[len(targets)-1]) {
 		return resizeReq{}, false
 	}

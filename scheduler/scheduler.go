@@ -692,6 +692,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	}
 	var work []roled
 	var resizes []resizeReq
+	room := freeRoom(nodes)
 	for _, j := range jobs {
 		role := s.roleOf(ctx, j)
 		if role == notMine {
@@ -700,7 +701,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		pending, bound, _ := s.jobTasks(j)
 		if role == asOwner || role == asClaimer {
 			mine[j.UID] = true
-			if r, ok := s.wantResize(j, pending, now); ok {
+			if r, ok := s.wantResize(j, pending, now, &room); ok {
 				resizes = append(resizes, r)
 			}
 		}
@@ -830,6 +831,17 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			}
 		}
 	}
+}
+
+// freeRoom is what the schedulable, in-sync nodes have free.
+func freeRoom(nodes []*api.NodeBooks) api.Resource {
+	room := api.Resource{}
+	for _, n := range nodes {
+		if !n.OutOfSync && !n.Node.Unschedulable {
+			room, _ = room.Add(n.Idle().With(api.Pods, 0))
+		}
+	}
+	return room
 }
 
 // readyTasks returns the pending tasks that may be placed now: not those
