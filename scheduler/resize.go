@@ -27,10 +27,11 @@ const (
 // the queues this shard owns; live every job's UID.
 func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue map[string][]*api.Job) {
 	tree := s.Tree()
-	if tree == nil {
-		return
-	}
 	now := s.cfg.Now()
+	if tree == nil || now.Sub(s.lastOwnedCheck) < time.Second {
+		return // a queue taken is noticed within a second
+	}
+	s.lastOwnedCheck = now
 	owned := map[string]bool{}
 	taken := false
 	for _, q := range tree.Names() {

@@ -211,9 +211,11 @@ type Scheduler struct {
 	resizeWait map[string]quotaBackoff
 	// orphans: reservation UID → when reconciliation first found no job
 	// for it (loop only).
-	orphans     map[string]time.Time
-	lastRecon   time.Time       // loop only
-	reconQueues map[string]bool // loop only: owned queues at the last reconciliation
+	orphans   map[string]time.Time
+	lastRecon time.Time // loop only
+	// lastOwnedCheck: when reconcile last listed the queues held (loop only).
+	lastOwnedCheck time.Time
+	reconQueues    map[string]bool // loop only: owned queues at the last reconciliation
 }
 
 type quotaBackoff struct {
