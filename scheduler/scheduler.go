@@ -432,7 +432,7 @@ func (s *Scheduler) summary(j *api.Job) cache.JobSummary {
 // covers jobs without pending tasks too).
 func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) {
 	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
-		if !t.Phase.Terminal() && t.NodeName == "" && t.SchedulerName == s.cfg.SchedulerName {
+		if (t.Phase == api.TaskPending || t.Phase == "") && t.NodeName == "" && t.SchedulerName == s.cfg.SchedulerName {
 			pending = append(pending, t)
 		}
 	}

@@ -97,7 +97,10 @@ func TaskFromPod(p *corev1.Pod) (api.Task, error) {
 		t.Phase = api.TaskSucceeded
 	case p.Status.Phase == corev1.PodFailed:
 		t.Phase = api.TaskFailed
-	case p.DeletionTimestamp != nil && p.Spec.NodeName != "":
+	case p.DeletionTimestamp != nil:
+		// Being deleted: a bound pod still holds its node's resources; an
+		// unbound one must not be placed (the API server refuses to bind a
+		// terminating pod).
 		t.Phase = api.TaskReleasing
 	case p.Spec.NodeName == "":
 		t.Phase = api.TaskPending
