@@ -30,6 +30,7 @@ import (
 //	tasks job=J n=N [cpu=C]                                N more pending tasks (a Job controller's next pods)
 //	finish job=J n=N                                       N bound tasks succeed
 //	delete job=J                                           the PodGroup and its tasks are gone
+//	terminate job=J                                        the PodGroup is gone, its bound tasks are releasing
 //	cycle [n=N]                                            N scheduling cycles, 100 ms apart
 //	advance d=DURATION                                     the clock moves
 //	restart                                                a new scheduler on the same cache and ledger (an owner that restarted)
@@ -167,6 +168,26 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		name := argStr(d, "job", "")
 		wj := w.jobs[name]
 		for _, uid := range wj.tasks {
+			w.r.c.DeleteTask(uid)
+			w.done[uid] = true
+		}
+		w.r.c.DeleteJob(wj.job.UID)
+		return w.check()
+	case "terminate":
+		// The PodGroup is deleted; its bound tasks are being deleted and
+		// still hold their nodes (grace period); the unbound ones are gone.
+		wj := w.jobs[argStr(d, "job", "")]
+		binds := w.r.binder.Binds()
+		for _, uid := range wj.tasks {
+			if w.done[uid] {
+				continue
+			}
+			if node, ok := binds[uid]; ok {
+				tk := *w.tasks[uid]
+				tk.NodeName, tk.Phase = node, api.TaskReleasing
+				w.r.c.AddOrUpdateTask(tk)
+				continue
+			}
 			w.r.c.DeleteTask(uid)
 			w.done[uid] = true
 		}

@@ -987,12 +987,23 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 	s.mu.Lock()
 	var gone []string
-	for uid := range s.admitted {
+	var names []admission
+	for uid, a := range s.admitted {
 		if !live[uid] {
 			gone = append(gone, uid)
+			names = append(names, a)
 		}
 	}
 	s.mu.Unlock()
+	// A deleted job's pods may still be terminating, holding their nodes:
+	// its reservation covers them until they are gone.
+	kept := gone[:0]
+	for i, uid := range gone {
+		if !s.podsStillBound(names[i].job.Namespace, names[i].job.Name) {
+			kept = append(kept, uid)
+		}
+	}
+	gone = kept
 	for _, j := range s.snap.Jobs() {
 		s.mu.Lock()
 		_, adm := s.admitted[j.UID]
@@ -1022,6 +1033,17 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 		s.mu.Unlock()
 	})
 	s.forgetReleased(ctx, gone)
+}
+
+// podsStillBound reports whether pods of a PodGroup that no longer exists
+// (namespace/name, no successor under that name) are still bound and
+// unfinished: being deleted, they hold their nodes through their grace
+// period, and the quota rule counts them until they are gone.
+func (s *Scheduler) podsStillBound(namespace, name string) bool {
+	if _, exists := s.deps.Cache.JobByName(namespace, name); exists {
+		return false // a successor's members are its own; its predecessor's pods are not told apart
+	}
+	return s.deps.Cache.JobSummary(namespace, name).Bound > 0
 }
 
 // pruneEvery is how many cycles pass between prunes of per-task state.
