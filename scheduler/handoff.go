@@ -95,9 +95,7 @@ func (s *Scheduler) handoffOn() bool { return s.deps.Claims != nil && s.deps.Pee
 // roleOf decides who places j, by the rule in doc.go: the shard its claim
 // record names as claimed, else the owner of its queue.
 func (s *Scheduler) roleOf(ctx context.Context, j *api.Job) role {
-	s.mu.Lock()
-	_, admitted := s.admitted[j.UID]
-	s.mu.Unlock()
+	admitted := s.isAdmitted(j.UID)
 	if !s.handoffOn() {
 		switch {
 		case !admitted:
@@ -425,9 +423,8 @@ func (s *Scheduler) placed(j *api.Job, r role) bindReq {
 func (s *Scheduler) enterBind(r bindReq) (leave func(), err error) {
 	ended := func() {
 		s.mu.Lock()
-		if s.binding[r.job.UID]--; s.binding[r.job.UID] <= 0 {
-			delete(s.binding, r.job.UID)
-		}
+		s.rec(r.job.UID).binding--
+		s.tidy(r.job.UID)
 		s.mu.Unlock()
 	}
 	switch {
@@ -449,17 +446,14 @@ func (s *Scheduler) enterBind(r bindReq) (leave func(), err error) {
 func (s *Scheduler) jobBinds(uid string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.binding[uid]
+	return s.peek(uid).binding
 }
 
 // forgetReleased drops the claim records and hand-off state of the jobs
 // among gone whose reservation was released.
 func (s *Scheduler) forgetReleased(ctx context.Context, gone []string) {
 	for _, uid := range gone {
-		s.mu.Lock()
-		_, still := s.admitted[uid]
-		s.mu.Unlock()
-		if !still {
+		if !s.isAdmitted(uid) {
 			s.forgetJob(ctx, uid)
 		}
 	}

@@ -84,6 +84,23 @@ func TestPropertyQuotaRuleFromThePods(t *testing.T) {
 			if binds < 20 {
 				t.Fatalf("only %d tasks bound in 300 steps: the test exercises nothing", binds)
 			}
+			// Every job gone: what the scheduler remembers of jobs and the
+			// coordinator's reservations go too.
+			for len(w.jobs) > 0 {
+				w.deleteRandom(rng)
+			}
+			w.r.cycles(t, pruneEvery+1)
+			for i := 0; i < 4; i++ { // reconciliation passes, for reservations a restart left behind
+				w.r.advance(6 * time.Second)
+				w.r.cycles(t, 2)
+			}
+			w.r.s.mu.Lock()
+			left := len(w.r.s.jobs)
+			w.r.s.mu.Unlock()
+			list, _ := w.r.quota.List(context.Background())
+			if left != 0 || len(list.Reservations) != 0 {
+				t.Fatalf("all jobs gone: %d job records and %d reservations left", left, len(list.Reservations))
+			}
 		})
 	}
 }

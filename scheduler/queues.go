@@ -101,9 +101,7 @@ func (s *Scheduler) writeStatus(jobs []*api.Job) {
 		}
 		sum := s.summary(j)
 		st.Allocated, _ = st.Allocated.Add(sum.Allocated)
-		s.mu.Lock()
-		_, adm := s.admitted[j.UID]
-		s.mu.Unlock()
+		adm := s.isAdmitted(j.UID)
 		switch {
 		case sum.Bound >= int(max(j.MinMember, 1)):
 			st.Running++

@@ -110,10 +110,7 @@ func (s *Scheduler) orphaned(uid string, live map[string]bool, jobs map[string]*
 	if !ok {
 		return false
 	}
-	s.mu.Lock()
-	_, adm := s.admitted[uid]
-	s.mu.Unlock()
-	if adm {
+	if s.isAdmitted(uid) {
 		return false
 	}
 	sum := s.summary(j)
@@ -142,9 +139,14 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 		return resizeReq{}, false // no task: nothing to hold
 	}
 	s.mu.Lock()
-	cur, known := s.cover[j.UID]
-	w, waiting := s.resizeWait[j.UID]
+	rec := s.peek(j.UID)
 	s.mu.Unlock()
+	var cur api.Resource
+	known := rec.cover != nil
+	if known {
+		cur = *rec.cover
+	}
+	w, waiting := rec.resizeWait, rec.resizeWait != (quotaBackoff{})
 	base := jobUse(sum)
 	if known {
 		base = cur
@@ -175,10 +177,7 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 	case errors.Is(err, coordinator.ErrNotFound):
 		// No reservation (released, or gone with an expired lease): the
 		// owner admits the job again; nothing more is bound meanwhile.
-		s.mu.Lock()
-		delete(s.cover, j.UID)
-		delete(s.admitted, j.UID)
-		s.mu.Unlock()
+		s.dropReservation(j.UID)
 		return
 	case err != nil:
 		s.log.Warn("resize failed", "job", j.Key(), "err", err)
@@ -186,9 +185,11 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 		return
 	}
 	s.mu.Lock()
-	s.cover[j.UID] = res.Reservation.Amount
+	rec := s.rec(j.UID)
+	amount := res.Reservation.Amount
+	rec.cover = &amount
 	if res.Refused == nil {
-		delete(s.resizeWait, j.UID)
+		rec.resizeWait = quotaBackoff{}
 	}
 	s.mu.Unlock()
 	if res.Refused != nil {
@@ -207,10 +208,9 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 func (s *Scheduler) backOffResize(uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := s.resizeWait[uid]
-	w.delay = min(max(2*w.delay, 50*time.Millisecond), 2*time.Second)
-	w.until = s.cfg.Now().Add(w.delay)
-	s.resizeWait[uid] = w
+	r := s.rec(uid)
+	r.resizeWait.delay = min(max(2*r.resizeWait.delay, 50*time.Millisecond), 2*time.Second)
+	r.resizeWait.until = s.cfg.Now().Add(r.resizeWait.delay)
 }
 
 // forgetCover drops what this shard knew of the reservations of jobs it
@@ -220,9 +220,10 @@ func (s *Scheduler) backOffResize(uid string) {
 func (s *Scheduler) forgetCover(mine map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for uid := range s.cover {
-		if !mine[uid] {
-			delete(s.cover, uid)
+	for uid, r := range s.jobs {
+		if r.cover != nil && !mine[uid] {
+			r.cover = nil
+			s.tidy(uid)
 		}
 	}
 }
@@ -231,10 +232,10 @@ func (s *Scheduler) forgetCover(mine map[string]bool) {
 // top of its bound tasks.
 func (s *Scheduler) coveredTasks(j *api.Job, ready []*api.Task) int {
 	s.mu.Lock()
-	amount, ok := s.cover[j.UID]
+	amount := s.peek(j.UID).cover
 	s.mu.Unlock()
-	if !ok {
+	if amount == nil {
 		return 0
 	}
-	return covered(amount, jobUse(s.summary(j)), ready)
+	return covered(*amount, jobUse(s.summary(j)), ready)
 }

@@ -195,20 +195,10 @@ type Scheduler struct {
 	mu        sync.Mutex                 // guards the fields below
 	tree      *api.Tree                  // queue hierarchy (SetTree); nil until known
 	queueStat map[string]api.QueueStatus // owned queue → last status written
-	admitted  map[string]admission       // job UID → its reservation
+	jobs      map[string]*jobRec         // job UID → what this shard remembers of it (jobs.go)
 	backoff   map[string]time.Time       // task UID → not before
 	inflight  map[string]string          // task UID → node, bind in progress
-	confirmed map[string]bool            // job UID → reservation confirmed
 	lastEvent map[string]time.Time       // task or job UID → last FailedScheduling/Unschedulable
-	statusOf  map[string]bool            // job UIDs whose PodGroup status was handed to Status
-	quotaWait map[string]quotaBackoff    // job UID → when to ask the coordinator again after a refusal
-	binding   map[string]int             // job UID → binds queued or in flight
-	// cover is, for each job this shard places, its reservation's amount
-	// as the coordinator last answered this shard: no task is bound
-	// beyond it (the quota rule, quota.go).
-	cover map[string]api.Resource
-	// resizeWait: job UID → when to ask again after a grow was refused.
-	resizeWait map[string]quotaBackoff
 	// orphans: reservation UID → when reconciliation first found no job
 	// for it (loop only).
 	orphans   map[string]time.Time
@@ -273,10 +263,9 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
 		groupOps: map[string]time.Time{}, summaries: map[string]cache.JobSummary{}, heldBefore: map[string]time.Time{},
-		admitted: map[string]admission{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
-		confirmed: map[string]bool{}, lastEvent: map[string]time.Time{}, statusOf: map[string]bool{}, quotaWait: map[string]quotaBackoff{}, queueStat: map[string]api.QueueStatus{},
-		binding: map[string]int{}, ho: newHandoff(),
-		cover: map[string]api.Resource{}, resizeWait: map[string]quotaBackoff{}, orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
+		jobs: map[string]*jobRec{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
+		lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{},
+		ho: newHandoff(), orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
 	}, nil
 }
 
@@ -482,9 +471,10 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 		path := s.queuePath(q)
 		for _, j := range js {
 			s.mu.Lock()
-			_, done := s.admitted[j.UID]
-			wait, waiting := s.quotaWait[j.UID]
+			rec := s.peek(j.UID)
 			s.mu.Unlock()
+			done, wait := rec.admission != nil, rec.admitWait
+			waiting := wait != (quotaBackoff{})
 			if done {
 				continue
 			}
@@ -560,11 +550,13 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		}
 		s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", r.amount.String())
 		s.mu.Lock()
-		s.admitted[j.UID] = admission{job: *j, queue: j.Queue}
+		rec := s.rec(j.UID)
+		rec.admission = &admission{job: *j, queue: j.Queue}
 		// The reservation may predate this ask (a queue that changed
 		// owner, a retry): what it holds is what the answer says.
-		s.cover[j.UID] = res.Reservation.Amount
-		delete(s.quotaWait, j.UID)
+		amount := res.Reservation.Amount
+		rec.cover = &amount
+		rec.admitWait = quotaBackoff{}
 		s.mu.Unlock()
 		if j.Phase == api.JobPending || j.Phase == api.JobCompleted || j.Phase == "" {
 			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
@@ -653,10 +645,9 @@ func (s *Scheduler) neverFitsStatus(j *api.Job, queue, dim string, asked, capv i
 func (s *Scheduler) backOffAdmission(uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := s.quotaWait[uid]
-	w.delay = min(max(2*w.delay, 50*time.Millisecond), 2*time.Second)
-	w.until = s.cfg.Now().Add(w.delay)
-	s.quotaWait[uid] = w
+	r := s.rec(uid)
+	r.admitWait.delay = min(max(2*r.admitWait.delay, 50*time.Millisecond), 2*time.Second)
+	r.admitWait.until = s.cfg.Now().Add(r.admitWait.delay)
 }
 
 // placeAdmitted places the pending tasks of the jobs this shard places
@@ -812,7 +803,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			node := res.Assignments[t.UID]
 			s.mu.Lock()
 			s.inflight[t.UID] = node
-			s.binding[j.UID]++
+			s.rec(j.UID).binding++
 			s.mu.Unlock()
 			req.task, req.node = *t, node
 			select {
@@ -822,9 +813,8 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 				// was counted in flight so far).
 				s.mu.Lock()
 				delete(s.inflight, t.UID)
-				if s.binding[j.UID]--; s.binding[j.UID] <= 0 {
-					delete(s.binding, j.UID)
-				}
+				s.rec(j.UID).binding--
+				s.tidy(j.UID)
 				s.mu.Unlock()
 				for _, u := range assumed[i:] {
 					s.deps.Cache.Forget(u.UID)
@@ -953,7 +943,7 @@ func (s *Scheduler) needsConfirm(j *api.Job, bound int) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.confirmed[j.UID]
+	return !s.peek(j.UID).confirmed
 }
 
 // confirm confirms a job's reservation once its gang is bound. Called
@@ -966,10 +956,7 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 		// The tentative reservation went with an expired shard session:
 		// forget it, so the next cycle reserves again (bound tasks included).
 		s.log.Warn("reservation lost before confirm; admitting again", "job", j.Key())
-		s.mu.Lock()
-		delete(s.admitted, j.UID)
-		delete(s.cover, j.UID)
-		s.mu.Unlock()
+		s.dropReservation(j.UID)
 		return
 	}
 	if err != nil {
@@ -977,7 +964,7 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 		return
 	}
 	s.mu.Lock()
-	s.confirmed[j.UID] = true
+	s.rec(j.UID).confirmed = true
 	s.mu.Unlock()
 	s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobRunning, Running: int32(bound)})
 }
@@ -988,10 +975,10 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 	s.mu.Lock()
 	var gone []string
 	var names []admission
-	for uid, a := range s.admitted {
-		if !live[uid] {
+	for uid, r := range s.jobs {
+		if r.admission != nil && !live[uid] {
 			gone = append(gone, uid)
-			names = append(names, a)
+			names = append(names, *r.admission)
 		}
 	}
 	s.mu.Unlock()
@@ -1005,10 +992,7 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 	}
 	gone = kept
 	for _, j := range s.snap.Jobs() {
-		s.mu.Lock()
-		_, adm := s.admitted[j.UID]
-		s.mu.Unlock()
-		if !adm {
+		if !s.isAdmitted(j.UID) {
 			continue
 		}
 		pending, bound, done := s.jobTasks(j)
@@ -1025,12 +1009,7 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 			s.log.Warn("release failed", "job uid", uid, "err", err)
 			return
 		}
-		s.mu.Lock()
-		delete(s.admitted, uid)
-		delete(s.confirmed, uid)
-		delete(s.cover, uid)
-		delete(s.resizeWait, uid)
-		s.mu.Unlock()
+		s.dropReservation(uid)
 	})
 	s.forgetReleased(ctx, gone)
 }
@@ -1071,21 +1050,19 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 	}
 	// The batcher remembers the last status written per PodGroup; a gone
 	// PodGroup's entry would stay forever.
-	for uid := range s.quotaWait {
-		if !liveJobs[uid] {
-			delete(s.quotaWait, uid)
+	for uid, r := range s.jobs {
+		if liveJobs[uid] {
+			continue
 		}
-	}
-	for uid := range s.resizeWait {
-		if !liveJobs[uid] {
-			delete(s.resizeWait, uid)
+		r.admitWait, r.resizeWait = quotaBackoff{}, quotaBackoff{}
+		if r.admission == nil {
+			r.confirmed, r.cover = false, nil // nothing to release: releaseGone keeps admitted ones
 		}
-	}
-	for uid := range s.statusOf {
-		if !liveJobs[uid] {
-			delete(s.statusOf, uid)
+		if r.statusSent {
+			r.statusSent = false
 			s.deps.Status.ForgetPodGroup(uid)
 		}
+		s.tidy(uid)
 	}
 }
 
@@ -1093,7 +1070,7 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 // did, so prune can make Status forget it once the PodGroup is gone.
 func (s *Scheduler) setPodGroup(namespace, name, uid string, st api.JobStatus) {
 	s.mu.Lock()
-	s.statusOf[uid] = true
+	s.rec(uid).statusSent = true
 	s.mu.Unlock()
 	s.deps.Status.SetPodGroup(namespace, name, uid, st)
 }

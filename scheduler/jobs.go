@@ -1,0 +1,80 @@
+package scheduler
+
+import "github.com/shardsched/shardsched/api"
+
+// jobRec is everything this shard remembers of one job between cycles, by
+// the job's UID: one record instead of a map per fact, so that what is
+// known of a job is read and dropped together. Records live in
+// Scheduler.jobs, guarded by Scheduler.mu; a record is dropped as soon as
+// nothing in it is set (tidy), so their number is O(jobs in flight here).
+// Per-task state (binds in flight, bind backoffs, event times) stays keyed
+// by task.
+type jobRec struct {
+	// admission is set while this shard, as the owner of the job's queue,
+	// holds its reservation (it admitted the job, or adopted a reservation
+	// that existed).
+	admission *admission
+	// confirmed: the reservation was confirmed (the gang is bound).
+	confirmed bool
+	// cover is the reservation's amount as the coordinator last answered
+	// this shard, while this shard places the job: no task is bound beyond
+	// it (the quota rule, quota.go). nil: not known here.
+	cover *api.Resource
+	// admitWait and resizeWait are the backoffs after a refused
+	// reservation and a refused grow.
+	admitWait, resizeWait quotaBackoff
+	// binding counts the job's binds queued or in flight.
+	binding int
+	// statusSent: a PodGroup status was handed to Status (so prune makes
+	// Status forget it once the job is gone).
+	statusSent bool
+}
+
+func (r *jobRec) empty() bool {
+	return r.admission == nil && !r.confirmed && r.cover == nil && r.admitWait == (quotaBackoff{}) &&
+		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent
+}
+
+// rec returns uid's record, creating it. Called with s.mu held.
+func (s *Scheduler) rec(uid string) *jobRec {
+	r := s.jobs[uid]
+	if r == nil {
+		r = &jobRec{}
+		s.jobs[uid] = r
+	}
+	return r
+}
+
+// peek returns a copy of uid's record (zero if none). Called with s.mu held.
+func (s *Scheduler) peek(uid string) jobRec {
+	if r := s.jobs[uid]; r != nil {
+		return *r
+	}
+	return jobRec{}
+}
+
+// tidy drops uid's record once nothing in it is set. Called with s.mu held.
+func (s *Scheduler) tidy(uid string) {
+	if r := s.jobs[uid]; r != nil && r.empty() {
+		delete(s.jobs, uid)
+	}
+}
+
+// isAdmitted reports whether this shard holds uid's reservation as its
+// queue's owner.
+func (s *Scheduler) isAdmitted(uid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peek(uid).admission != nil
+}
+
+// dropReservation forgets that this shard holds uid's reservation (released,
+// or found gone), with what came with it.
+func (s *Scheduler) dropReservation(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.jobs[uid]; r != nil {
+		r.admission, r.confirmed, r.cover, r.resizeWait = nil, false, nil, quotaBackoff{}
+		s.tidy(uid)
+	}
+}
