@@ -40,4 +40,17 @@
 // acquisition of the queue's record (only that record's holder creates
 // offers, and it learns of its own at once); a claimer stops the moment its
 // record is gone, its session is replaced or its lease is stale.
+//
+// A job's quota lifecycle (quota.go, resize.go, jobs.go): the queue owner
+// reserves max(minResources, the requests of the bound tasks and the first
+// minMember pending ones) on the leaf and every ancestor; the shard that
+// places the job (owner or claimer) resizes that reservation to cover its
+// pending tasks before placing them, growing one absolute target per task
+// while every level has room (and only for tasks that fit in what its
+// nodes have free), and binds only what the reservation covers; finished
+// tasks shrink it; the owner confirms it once the gang is bound and
+// releases it when the job is gone and its pods with it, or when every
+// task finished. Reconciliation releases reservations that cover no job.
+// What the shard remembers of a job is one record (jobRec), dropped once
+// empty.
 package scheduler
