@@ -560,14 +560,6 @@ func TestLifecycleBatchJobCompletes(t *testing.T) {
 		werr := kube.NewStatusWriter(ev.vc, "shardsched").WriteQueueStatus(ctx, "lc-batch", api.QueueStatus{})
 		msg := fmt.Sprintf("20s after the Job ended (no pod of queue lc-batch bound), its status still says allocated %v running %d pending %d inqueue %d; "+
 			"writing the empty status now gives: %v", qst.Allocated, qst.Running, qst.Pending, qst.Inqueue, werr)
-		if werr != nil && strings.Contains(werr.Error(), "status.allocated") && strings.Contains(werr.Error(), "null") {
-			// Known, not fixed yet: kube.StatusWriter.WriteQueueStatus
-			// applies "allocated": {} for a queue with nothing bound,
-			// which the API server rejects as null, so the status keeps
-			// its last non-empty value. This skip matches only that
-			// failure; once fixed the subtest passes or fails on its own.
-			t.Skipf("KNOWN BUG (internal/kube/writers.go): %s", msg)
-		}
 		t.Fatal(msg)
 	})
 }

@@ -67,6 +67,18 @@ func resourceList(r api.Resource) map[string]string {
 	return out
 }
 
+// allocatedList is a Queue's status.allocated: never an empty object, which
+// server-side apply sends as null and the CRD's schema refuses (so an
+// emptied queue kept its last non-empty figures): nothing allocated is
+// written as zero CPU and memory.
+func allocatedList(r api.Resource) map[string]string {
+	out := resourceList(r)
+	if len(out) == 0 {
+		out[api.CPU], out[api.Memory] = "0", "0"
+	}
+	return out
+}
+
 func (w *StatusWriter) opts() metav1.PatchOptions {
 	force := true
 	return metav1.PatchOptions{FieldManager: w.fieldManager, Force: &force}
@@ -86,7 +98,7 @@ func (w *StatusWriter) WriteQueueStatus(ctx context.Context, queue string, st ap
 		"kind":       "Queue",
 		"metadata":   map[string]any{"name": queue},
 		"status": map[string]any{
-			"allocated": resourceList(st.Allocated),
+			"allocated": allocatedList(st.Allocated),
 			"pending":   st.Pending,
 			"running":   st.Running,
 			"inqueue":   st.Inqueue,
