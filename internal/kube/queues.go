@@ -73,7 +73,9 @@ type QueueReporter struct {
 	want map[string]string // queue → reason, from the latest Report
 	kick chan struct{}     // buffered, 1
 
-	evented map[string]string // Run's goroutine only: queue → reason last sent as an Event
+	// Run's goroutine only:
+	evented map[string]string // queue → reason last sent as an Event
+	failed  map[string]string // queue → last write error logged (logged once, e.g. RBAC without patch on queues)
 }
 
 // NewQueueReporter returns a reporter writing through w and rec (rec may be
@@ -84,7 +86,7 @@ func NewQueueReporter(w *StatusWriter, rec *Recorder, objs QueueObjects, mine fu
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &QueueReporter{w: w, rec: rec, objs: objs, mine: mine, log: log, Interval: 10 * time.Second,
-		want: map[string]string{}, kick: make(chan struct{}, 1), evented: map[string]string{}}
+		want: map[string]string{}, kick: make(chan struct{}, 1), evented: map[string]string{}, failed: map[string]string{}}
 }
 
 // Report sets the queues left out and why (the whole set: a queue absent
@@ -134,9 +136,7 @@ func (r *QueueReporter) reconcile(ctx context.Context) {
 			continue // no object to report on (yet)
 		}
 		if marks[n] != InvalidQueueText(why) {
-			if err := r.w.MarkQueueInvalid(ctx, n, uid, why); err != nil {
-				r.log.Warn("cannot mark queue invalid", "queue", n, "err", err)
-			}
+			r.logFailure(n, "cannot mark queue invalid", r.w.MarkQueueInvalid(ctx, n, uid, why))
 		}
 		if r.evented[n] != why {
 			if r.rec != nil {
@@ -149,13 +149,31 @@ func (r *QueueReporter) reconcile(ctx context.Context) {
 		if _, bad := want[n]; bad || (r.mine != nil && !r.mine(n)) {
 			continue
 		}
-		if err := r.w.ClearQueueInvalid(ctx, n, r.objs.QueueUID(n)); err != nil {
-			r.log.Warn("cannot clear queue's invalid mark", "queue", n, "err", err)
-		}
+		r.logFailure(n, "cannot clear queue's invalid mark", r.w.ClearQueueInvalid(ctx, n, r.objs.QueueUID(n)))
 	}
 	for n := range r.evented {
 		if _, bad := want[n]; !bad {
 			delete(r.evented, n) // valid again: a new problem is a new Event
 		}
+	}
+	for n := range r.failed {
+		if _, bad := want[n]; !bad {
+			if _, marked := marks[n]; !marked {
+				delete(r.failed, n)
+			}
+		}
+	}
+}
+
+// logFailure logs a failed write once per queue and error text (the
+// reconcile retries it every Interval), and forgets it on success.
+func (r *QueueReporter) logFailure(queue, msg string, err error) {
+	if err == nil {
+		delete(r.failed, queue)
+		return
+	}
+	if r.failed[queue] != err.Error() {
+		r.failed[queue] = err.Error()
+		r.log.Warn(msg, "queue", queue, "err", err)
 	}
 }
