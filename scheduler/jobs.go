@@ -20,6 +20,11 @@ type jobRec struct {
 	// this shard, while this shard places the job: no task is bound beyond
 	// it (the quota rule, quota.go). nil: not known here.
 	cover *api.Resource
+	// settled is what the job's tasks looked like when its cover was last
+	// found right for them (every pending task covered); while they look
+	// the same, wantResize has nothing to decide. Cleared with every change
+	// of cover.
+	settled settleKey
 	// admitWait and resizeWait are the backoffs after a refused
 	// reservation and a refused grow.
 	admitWait, resizeWait quotaBackoff
@@ -28,6 +33,19 @@ type jobRec struct {
 	// statusSent: a PodGroup status was handed to Status (so prune makes
 	// Status forget it once the job is gone).
 	statusSent bool
+}
+
+// settleKey is what decides a job's resize: its task counts and its
+// PodGroup's version (minMember, minResources).
+type settleKey struct {
+	pending, bound, done int
+	version              string
+}
+
+// setCover records the reservation's amount as last answered (nil: not
+// known), which unsettles the job.
+func (r *jobRec) setCover(amount *api.Resource) {
+	r.cover, r.settled = amount, settleKey{}
 }
 
 func (r *jobRec) empty() bool {
@@ -74,7 +92,8 @@ func (s *Scheduler) dropReservation(uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.jobs[uid]; r != nil {
-		r.admission, r.confirmed, r.cover, r.resizeWait = nil, false, nil, quotaBackoff{}
+		r.admission, r.confirmed, r.resizeWait = nil, false, quotaBackoff{}
+		r.setCover(nil)
 		s.tidy(uid)
 	}
 }

@@ -132,15 +132,25 @@ type resizeReq struct {
 // room is what is free on this shard's nodes and not yet promised to an
 // earlier job's grow this cycle: the reservation grows only for the tasks
 // that fit in it (resizeTargets), and room shrinks by that growth.
-func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, room *api.Resource) (resizeReq, bool) {
+func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, room *lazyRoom) (resizeReq, bool) {
 	sum := s.summary(j)
-	targets := resizeTargets(j, pending, sum, *room)
-	if targets[0].IsZero() {
-		return resizeReq{}, false // no task: nothing to hold
-	}
+	key := settleKey{pending: len(pending), bound: sum.Bound, done: sum.Done, version: j.ResourceVersion}
 	s.mu.Lock()
 	rec := s.peek(j.UID)
 	s.mu.Unlock()
+	if rec.cover != nil && rec.settled == key {
+		return resizeReq{}, false // nothing changed since its cover was right
+	}
+	// Room matters only for tasks beyond the gang's floor.
+	grows := len(pending) > max(int(j.MinMember)-sum.Bound, 0)
+	free := api.Resource{}
+	if grows {
+		free = *room.get()
+	}
+	targets := resizeTargets(j, pending, sum, free)
+	if targets[0].IsZero() {
+		return resizeReq{}, false // no task: nothing to hold
+	}
 	var cur api.Resource
 	known := rec.cover != nil
 	if known {
@@ -151,8 +161,17 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 	if known {
 		base = cur
 	}
-	*room = lessClamped(*room, lessClamped(targets[len(targets)-1], base).With(api.Pods, 0))
+	if grows {
+		room.take(lessClamped(targets[len(targets)-1], base).With(api.Pods, 0))
+	}
 	if known && cur.Equal(targets[len(targets)-1]) {
+		if covered(cur, jobUse(sum), pending) == len(pending) {
+			s.mu.Lock()
+			if r := s.jobs[j.UID]; r != nil && r.cover != nil && r.cover.Equal(cur) {
+				r.settled = key
+			}
+			s.mu.Unlock()
+		}
 		return resizeReq{}, false
 	}
 	if known && waiting && now.Before(w.until) {
@@ -164,6 +183,26 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 		targets = targets[:1]
 	}
 	return resizeReq{job: j, targets: targets}, true
+}
+
+// lazyRoom is what this shard's nodes have free, computed the first time a
+// cycle needs it (most cycles have no job to grow), less what earlier
+// grows of the cycle took. Loop only.
+type lazyRoom struct {
+	nodes []*api.NodeBooks
+	done  bool
+	free  api.Resource
+}
+
+func (r *lazyRoom) get() *api.Resource {
+	if !r.done {
+		r.free, r.done = freeRoom(r.nodes), true
+	}
+	return &r.free
+}
+
+func (r *lazyRoom) take(x api.Resource) {
+	r.free = lessClamped(*r.get(), x)
 }
 
 // resize asks the coordinator for one resize and records the amount it
@@ -187,7 +226,7 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 	s.mu.Lock()
 	rec := s.rec(j.UID)
 	amount := res.Reservation.Amount
-	rec.cover = &amount
+	rec.setCover(&amount)
 	if res.Refused == nil {
 		rec.resizeWait = quotaBackoff{}
 	}
@@ -222,7 +261,7 @@ func (s *Scheduler) forgetCover(mine map[string]bool) {
 	defer s.mu.Unlock()
 	for uid, r := range s.jobs {
 		if r.cover != nil && !mine[uid] {
-			r.cover = nil
+			r.setCover(nil)
 			s.tidy(uid)
 		}
 	}

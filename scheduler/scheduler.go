@@ -555,7 +555,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		// The reservation may predate this ask (a queue that changed
 		// owner, a retry): what it holds is what the answer says.
 		amount := res.Reservation.Amount
-		rec.cover = &amount
+		rec.setCover(&amount)
 		rec.admitWait = quotaBackoff{}
 		s.mu.Unlock()
 		if j.Phase == api.JobPending || j.Phase == api.JobCompleted || j.Phase == "" {
@@ -685,7 +685,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	}
 	var work []roled
 	var resizes []resizeReq
-	room := freeRoom(nodes)
+	room := &lazyRoom{nodes: nodes}
 	for _, j := range jobs {
 		role := s.roleOf(ctx, j)
 		if role == notMine {
@@ -694,7 +694,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		pending, bound, _ := s.jobTasks(j)
 		if role == asOwner || role == asClaimer {
 			mine[j.UID] = true
-			if r, ok := s.wantResize(j, pending, now, &room); ok {
+			if r, ok := s.wantResize(j, pending, now, room); ok {
 				resizes = append(resizes, r)
 			}
 		}
@@ -825,15 +825,28 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	}
 }
 
-// freeRoom is what the schedulable, in-sync nodes have free.
+// freeRoom is what the schedulable, in-sync nodes have free (without the
+// pod count), summed in place: it runs in cycles where a job may grow.
 func freeRoom(nodes []*api.NodeBooks) api.Resource {
-	room := api.Resource{}
+	var cpu, mem int64
+	var sc map[string]int64
 	for _, n := range nodes {
-		if !n.OutOfSync && !n.Node.Unschedulable {
-			room, _ = room.Add(n.Idle().With(api.Pods, 0))
+		if n.OutOfSync || n.Node.Unschedulable {
+			continue
+		}
+		a, u := n.Node.Allocatable, n.Used
+		cpu += max(a.MilliCPU-u.MilliCPU, 0)
+		mem += max(a.Memory-u.Memory, 0)
+		for k, v := range a.Scalars {
+			if f := v - u.Scalars[k]; f > 0 && k != api.Pods {
+				if sc == nil {
+					sc = map[string]int64{}
+				}
+				sc[k] += f
+			}
 		}
 	}
-	return room
+	return api.NewResource(cpu, mem, sc)
 }
 
 // readyTasks returns the pending tasks that may be placed now: not those
@@ -1056,7 +1069,8 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 		}
 		r.admitWait, r.resizeWait = quotaBackoff{}, quotaBackoff{}
 		if r.admission == nil {
-			r.confirmed, r.cover = false, nil // nothing to release: releaseGone keeps admitted ones
+			r.confirmed = false // nothing to release: releaseGone keeps admitted ones
+			r.setCover(nil)
 		}
 		if r.statusSent {
 			r.statusSent = false

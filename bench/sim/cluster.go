@@ -464,16 +464,34 @@ func (j *simJob) kindLabel() string {
 func (c *Cluster) CheckQuota() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	recount := map[string]api.Resource{}
+	// Summed in place (the pods' Resources would allocate at every Add:
+	// this runs under the cluster's lock, which binds wait for).
+	type sums struct {
+		cpu, mem int64
+		sc       map[string]int64
+	}
+	acc := map[string]*sums{}
 	for _, p := range c.pods {
 		if p.t.NodeName == "" || p.t.Phase.Terminal() {
 			continue
 		}
+		r := p.t.Request
 		for _, q := range c.paths[p.job.spec.Queue] {
-			if u, err := recount[q].Add(p.t.Request); err == nil {
-				recount[q] = u
+			a := acc[q]
+			if a == nil {
+				a = &sums{sc: map[string]int64{}}
+				acc[q] = a
+			}
+			a.cpu += r.MilliCPU
+			a.mem += r.Memory
+			for k, v := range r.Scalars {
+				a.sc[k] += v
 			}
 		}
+	}
+	recount := make(map[string]api.Resource, len(acc))
+	for q, a := range acc {
+		recount[q] = api.NewResource(a.cpu, a.mem, a.sc)
 	}
 	at := c.Elapsed()
 	over := 0
