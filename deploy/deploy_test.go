@@ -181,7 +181,7 @@ var wantRules = func() []string {
 	add(core, []string{"pods", "nodes"}, []string{"get", "list", "watch"})
 	add(core, []string{"pods/binding"}, []string{"create"})
 	add([]string{"", "events.k8s.io"}, []string{"events"}, []string{"create", "patch"})
-	add(volcano, []string{"queues"}, []string{"get", "list", "watch", "create", "delete"})
+	add(volcano, []string{"queues"}, []string{"get", "list", "watch", "create", "delete", "patch"})
 	add(volcano, []string{"podgroups"}, []string{"get", "list", "watch", "create", "delete", "patch"})
 	add(volcano, []string{"queues/status", "podgroups/status"}, []string{"patch"})
 	sort.Strings(out)
