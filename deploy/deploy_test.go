@@ -751,14 +751,14 @@ func TestApplyGrantsExactlyWhatShardsUse(t *testing.T) {
 		{"list", "nodes", ""}, {"watch", "nodes", ""},
 		{"create", "events", ""}, {"patch", "events", ""}, {"create", "events.events.k8s.io", ""}, {"patch", "events.events.k8s.io", ""},
 		{"watch", "queues.scheduling.volcano.sh", ""}, {"create", "queues.scheduling.volcano.sh", ""}, {"delete", "queues.scheduling.volcano.sh", ""},
-		{"patch", "queues.scheduling.volcano.sh", "status"},
+		{"patch", "queues.scheduling.volcano.sh", "status"}, {"patch", "queues.scheduling.volcano.sh", ""},
 		{"list", "podgroups.scheduling.volcano.sh", ""}, {"patch", "podgroups.scheduling.volcano.sh", ""}, {"delete", "podgroups.scheduling.volcano.sh", ""},
 	}
 	denied := []q{
 		{"create", "pods", ""}, {"update", "pods", ""}, {"patch", "pods", ""}, {"delete", "pods", ""}, {"update", "pods", "status"},
 		{"update", "nodes", ""}, {"patch", "nodes", ""}, {"delete", "events", ""}, {"update", "events", ""},
 		{"get", "secrets", ""}, {"list", "configmaps", ""}, {"create", "leases.coordination.k8s.io", ""},
-		{"update", "queues.scheduling.volcano.sh", ""}, {"patch", "queues.scheduling.volcano.sh", ""}, {"update", "queues.scheduling.volcano.sh", "status"},
+		{"update", "queues.scheduling.volcano.sh", ""}, {"update", "queues.scheduling.volcano.sh", "status"},
 		{"update", "podgroups.scheduling.volcano.sh", ""}, {"deletecollection", "podgroups.scheduling.volcano.sh", ""},
 		{"create", "customresourcedefinitions.apiextensions.k8s.io", ""}, {"create", "clusterroles.rbac.authorization.k8s.io", ""},
 		{"impersonate", "serviceaccounts", ""},
