@@ -127,6 +127,12 @@ type shard struct {
 
 func (ev *env) newShard(name string, ttl int) *shard {
 	ev.t.Helper()
+	return ev.newShardWith(name, ttl, nil)
+}
+
+// newShardWith is newShard with the client's config adjusted by tune.
+func (ev *env) newShardWith(name string, ttl int, tune func(*ClientConfig)) *shard {
+	ev.t.Helper()
 	cli := ev.etcdClient()
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
 	if err != nil {
@@ -141,6 +147,9 @@ func (ev *env) newShard(name string, ttl int) *shard {
 	// which a test replaying answers cannot tell apart from a wrong answer.
 	// A long per-attempt timeout keeps loaded CI machines out of that case.
 	cc.RequestTimeout = time.Minute
+	if tune != nil {
+		tune(&cc)
+	}
 	c, err := NewClient(cli, cc)
 	if err != nil {
 		ev.t.Fatal(err)
