@@ -200,9 +200,10 @@ func TestBenchWorkloadDocExample(t *testing.T) {
 	}()); err != nil {
 		t.Errorf("the Queues do not form a tree: %v", err)
 	}
-	// 40 % of 1,000 nodes × 64 CPU, not of the tier's 1,600 nodes.
-	if c, ok := byName["p0"].Capability.Get(api.CPU); !ok || c != 25600*1000 {
-		t.Errorf("p0 capability %dm CPU, want 25600 CPU", c)
+	// The file's fraction (20 %) of 1,000 nodes × 64 CPU, not of the
+	// tier's 1,600 nodes.
+	if c, ok := byName["p0"].Capability.Get(api.CPU); !ok || c != 12800*1000 {
+		t.Errorf("p0 capability %dm CPU, want 12800 CPU (20 %% of 64,000)", c)
 	}
 	var deserved int64
 	for _, l := range w.Leaves() {
