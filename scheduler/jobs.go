@@ -1,6 +1,10 @@
 package scheduler
 
-import "github.com/shardsched/shardsched/api"
+import (
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+)
 
 // jobRec is everything this shard remembers of one job between cycles, by
 // the job's UID: one record instead of a map per fact, so that what is
@@ -28,6 +32,10 @@ type jobRec struct {
 	// admitWait and resizeWait are the backoffs after a refused
 	// reservation and a refused grow.
 	admitWait, resizeWait quotaBackoff
+	// lateUntil: the job gave its reservation back because its pods did
+	// not come (InqueueTimeout); it is not admitted again before this, and
+	// it holds up nobody behind it meanwhile.
+	lateUntil time.Time
 	// binding counts the job's binds queued or in flight.
 	binding int
 	// statusSent: a PodGroup status was handed to Status (so prune makes
@@ -50,7 +58,7 @@ func (r *jobRec) setCover(amount *api.Resource) {
 
 func (r *jobRec) empty() bool {
 	return r.admission == nil && !r.confirmed && r.cover == nil && r.admitWait == (quotaBackoff{}) &&
-		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent
+		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent && r.lateUntil.IsZero()
 }
 
 // rec returns uid's record, creating it. Called with s.mu held.

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +53,7 @@ func TestLifecycleScenarios(t *testing.T) {
 // world is a scenario's state around one rig.
 type world struct {
 	r      *rig
+	status *recStatus
 	specs  map[string]api.QueueSpec
 	jobs   map[string]*wJob
 	tasks  map[string]*api.Task // by UID: every task made
@@ -65,7 +67,46 @@ type wJob struct {
 }
 
 func newWorld(t *testing.T) *world {
-	return &world{r: newRig(t, "shard-o"), specs: map[string]api.QueueSpec{}, jobs: map[string]*wJob{}, tasks: map[string]*api.Task{}, done: map[string]bool{}}
+	w := &world{r: newRig(t, "shard-o"), specs: map[string]api.QueueSpec{}, jobs: map[string]*wJob{}, tasks: map[string]*api.Task{}, done: map[string]bool{},
+		status: &recStatus{groups: map[string]api.JobStatus{}}}
+	w.r.s.deps.Status = w.status
+	return w
+}
+
+// recStatus keeps the last PodGroup status handed to it, per UID.
+type recStatus struct {
+	mu     sync.Mutex
+	groups map[string]api.JobStatus
+}
+
+func (r *recStatus) SetQueue(string, api.QueueStatus) {}
+
+func (r *recStatus) SetPodGroup(_, _, uid string, st api.JobStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.groups[uid] = st
+}
+
+func (r *recStatus) ForgetPodGroup(string) <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// phase is the last phase written for uid, with the reason of its first
+// condition.
+func (r *recStatus) phase(uid string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ok := r.groups[uid]
+	if !ok {
+		return "-"
+	}
+	out := string(st.Phase)
+	if len(st.Conditions) > 0 {
+		out += "/" + st.Conditions[0].Reason
+	}
+	return out
 }
 
 func argInt(t *testing.T, d *datadriven.TestData, key string, def int64) int64 {
@@ -314,7 +355,7 @@ func (w *world) state() string {
 		if ok {
 			reserved = fmt.Sprintf("%s (%s)", r.Amount.With(api.Pods, 0), r.State)
 		}
-		fmt.Fprintf(&b, "job %s: bound=%d pending=%d done=%d reserved=%s\n", n, bound, pending, done, reserved)
+		fmt.Fprintf(&b, "job %s: bound=%d pending=%d done=%d reserved=%s phase=%s\n", n, bound, pending, done, reserved, w.status.phase(wj.job.UID))
 	}
 	use := w.usage()
 	if tree := w.r.s.Tree(); tree != nil {
@@ -350,6 +391,9 @@ func (r *rig) restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.SetTree(tree)
+	if old, ok := r.s.deps.Status.(*recStatus); ok {
+		s.deps.Status = old
+	}
 	r.s = s
 	r.start(t)
 }

@@ -37,18 +37,22 @@ func jobUse(sum cache.JobSummary) api.Resource {
 
 // admitAmount is what a job reserves to be admitted: max(minResources, the
 // requests of its bound tasks and of the first minMember−bound pending
-// ones), with pending sorted as jobTasks sorts them. ok is false while
-// fewer than minMember tasks exist (the gang cannot be sized yet).
+// ones), with pending sorted as jobTasks sorts them. A job that sets
+// minResources is sized by it before its pods exist (Volcano's enqueue:
+// its job controller and Kubeflow's operators create pods only once the
+// PodGroup is Inqueue); without minResources, ok is false while fewer than
+// minMember tasks exist (the gang cannot be sized yet).
 func admitAmount(j *api.Job, pending []*api.Task, sum cache.JobSummary) (api.Resource, bool) {
 	min := max(int(j.MinMember), 1)
-	if len(pending)+sum.Bound < min {
+	hasMin := j.MinResources != nil && !j.MinResources.IsZero()
+	if len(pending)+sum.Bound < min && !hasMin {
 		return api.Resource{}, false
 	}
 	amount := jobUse(sum)
 	for i := 0; i < len(pending) && i < min-sum.Bound; i++ {
 		amount, _ = amount.Add(taskQuota(pending[i]))
 	}
-	if j.MinResources != nil {
+	if hasMin {
 		amount = amount.Max(*j.MinResources)
 	}
 	return amount, true

@@ -109,6 +109,12 @@ type Config struct {
 	// waiting StarveAfter (default 10 s) gets nodes held for it, for at
 	// most MaxHold (default 5 min).
 	StarveAfter, MaxHold time.Duration
+	// InqueueTimeout: a job admitted before its pods exist (sized by its
+	// minResources) whose gang's pods have not all come after this long
+	// gets its reservation back and returns to Pending with a condition
+	// saying why; it is admitted again after a quarter of it. 0 means 3
+	// minutes.
+	InqueueTimeout time.Duration
 }
 
 // DefaultConfig returns bin-packing, 20 ms cycles and 32 bind workers.
@@ -216,6 +222,7 @@ type quotaBackoff struct {
 type admission struct {
 	job   api.Job
 	queue string
+	at    time.Time // when this shard admitted it (or adopted its reservation)
 }
 
 type bindReq struct {
@@ -250,6 +257,9 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	}
 	if cfg.MaxHold <= 0 {
 		cfg.MaxHold = 5 * time.Minute
+	}
+	if cfg.InqueueTimeout <= 0 {
+		cfg.InqueueTimeout = 3 * time.Minute
 	}
 	if cfg.AdmitParallelism <= 0 {
 		cfg.AdmitParallelism = 32
@@ -475,8 +485,8 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			s.mu.Unlock()
 			done, wait := rec.admission != nil, rec.admitWait
 			waiting := wait != (quotaBackoff{})
-			if done {
-				continue
+			if done || now.Before(rec.lateUntil) {
+				continue // admitted, or its pods did not come: it holds up nobody
 			}
 			pending, bound, _ := s.jobTasks(j)
 			if j.Phase == api.JobCompleted && len(pending) == 0 {
@@ -551,7 +561,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", r.amount.String())
 		s.mu.Lock()
 		rec := s.rec(j.UID)
-		rec.admission = &admission{job: *j, queue: j.Queue}
+		rec.admission = &admission{job: *j, queue: j.Queue, at: s.cfg.Now()}
 		// The reservation may predate this ask (a queue that changed
 		// owner, a retry): what it holds is what the answer says.
 		amount := res.Reservation.Amount
@@ -1012,6 +1022,20 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 		if len(pending) == 0 && bound == 0 && done >= int(max(j.MinMember, 1)) {
 			gone = append(gone, j.UID)
 			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobCompleted, Succeeded: int32(done)})
+			continue
+		}
+		if s.podsLate(j, len(pending), bound, done) {
+			gone = append(gone, j.UID)
+			msg := fmt.Sprintf("admitted %s ago but only %d of its minMember %d pods exist: its quota is given back until they come",
+				s.cfg.InqueueTimeout, len(pending)+bound+done, max(j.MinMember, 1))
+			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+				Type: "Unschedulable", Status: "True", Reason: "PodsNotCreated", Message: msg}}})
+			s.mu.Lock()
+			s.rec(j.UID).lateUntil = s.cfg.Now().Add(s.cfg.InqueueTimeout / 4)
+			s.mu.Unlock()
+			if s.rateLimited(j.UID) {
+				s.deps.Recorder.Unschedulable(j, msg)
+			}
 		}
 	}
 	parallel(gone, s.cfg.AdmitParallelism, func(uid string) {
@@ -1025,6 +1049,18 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 		s.dropReservation(uid)
 	})
 	s.forgetReleased(ctx, gone)
+}
+
+// podsLate reports whether j, admitted here, has waited InqueueTimeout for
+// the pods of its gang: fewer than minMember exist and none is bound.
+func (s *Scheduler) podsLate(j *api.Job, pending, bound, done int) bool {
+	if bound > 0 || pending+done >= int(max(j.MinMember, 1)) {
+		return false
+	}
+	s.mu.Lock()
+	a := s.peek(j.UID).admission
+	s.mu.Unlock()
+	return a != nil && !a.at.IsZero() && s.since(a.at) >= s.cfg.InqueueTimeout
 }
 
 // podsStillBound reports whether pods of a PodGroup that no longer exists
@@ -1067,7 +1103,7 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 		if liveJobs[uid] {
 			continue
 		}
-		r.admitWait, r.resizeWait = quotaBackoff{}, quotaBackoff{}
+		r.admitWait, r.resizeWait, r.lateUntil = quotaBackoff{}, quotaBackoff{}, time.Time{}
 		if r.admission == nil {
 			r.confirmed = false // nothing to release: releaseGone keeps admitted ones
 			r.setCover(nil)
