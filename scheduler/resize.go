@@ -247,9 +247,7 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 func (s *Scheduler) backOffResize(uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.rec(uid)
-	r.resizeWait.delay = min(max(2*r.resizeWait.delay, 50*time.Millisecond), 2*time.Second)
-	r.resizeWait.until = s.cfg.Now().Add(r.resizeWait.delay)
+	s.rec(uid).resizeWait.next(s.cfg.Now())
 }
 
 // forgetCover drops what this shard knew of the reservations of jobs it

@@ -219,6 +219,12 @@ type quotaBackoff struct {
 	delay time.Duration
 }
 
+// next backs off once more from now: 50 ms doubling to 2 s.
+func (b *quotaBackoff) next(now time.Time) {
+	b.delay = min(max(2*b.delay, 50*time.Millisecond), 2*time.Second)
+	b.until = now.Add(b.delay)
+}
+
 type admission struct {
 	job   api.Job
 	queue string
@@ -655,9 +661,7 @@ func (s *Scheduler) neverFitsStatus(j *api.Job, queue, dim string, asked, capv i
 func (s *Scheduler) backOffAdmission(uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.rec(uid)
-	r.admitWait.delay = min(max(2*r.admitWait.delay, 50*time.Millisecond), 2*time.Second)
-	r.admitWait.until = s.cfg.Now().Add(r.admitWait.delay)
+	s.rec(uid).admitWait.next(s.cfg.Now())
 }
 
 // placeAdmitted places the pending tasks of the jobs this shard places

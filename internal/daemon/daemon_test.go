@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +80,15 @@ func newNamespace(t *testing.T) *env {
 // its /metrics address.
 func startDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string) (*Daemon, string) {
 	t.Helper()
+	d, httpAddr, _ := runDaemon(t, cfg, name, endpoints, join)
+	return d, httpAddr
+}
+
+// runDaemon starts a shard process as startDaemon does and also returns a
+// stop function (idempotent, run anyway when the test ends), so that a test
+// can take a shard down while it goes on.
+func runDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string) (*Daemon, string, func()) {
+	t.Helper()
 	port, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -117,11 +127,17 @@ func startDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []
 		cancel()
 		t.Fatalf("daemon %s not ready after 60s", name)
 	}
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return d, httpAddr
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("daemon %s stopped with %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return d, httpAddr, stop
 }
 
 func (ev *env) eventually(what string, timeout time.Duration, cond func() bool) {

@@ -3,8 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -25,12 +23,9 @@ import (
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/coordinator"
-	"github.com/shardsched/shardsched/internal/cluster"
 	"github.com/shardsched/shardsched/internal/kube"
 	"github.com/shardsched/shardsched/internal/testenv"
-	"github.com/shardsched/shardsched/scheduler"
 	"github.com/shardsched/shardsched/shard"
-	"github.com/shardsched/shardsched/status"
 )
 
 // Job lifecycle on the real API server: elastic jobs growing past their
@@ -42,59 +37,11 @@ import (
 
 // ---- helpers ----
 
-// lcDaemon starts a shard process like startDaemon, but returns a stop
-// function (idempotent, also run when the test ends) so that a test can
-// take a shard down while it goes on.
+// lcDaemon starts a shard process and returns it with its stop function
+// (runDaemon).
 func lcDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string) (*Daemon, func()) {
 	t.Helper()
-	port, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := Options{Name: name, REST: cfg, EtcdEndpoints: endpoints, HTTPAddr: fmt.Sprintf("127.0.0.1:%d", port)}
-	opts.Shard = shard.DefaultConfig()
-	opts.Shard.BindAddr, opts.Shard.BindPort = "127.0.0.1", 0
-	opts.Shard.Join = join
-	opts.Shard.Partitions = 64
-	opts.Shard.GossipProfile = "local"
-	opts.Shard.SessionTTL = 5
-	opts.Shard.Tick = 20 * time.Millisecond
-	opts.Coordinator = coordinator.DefaultConfig()
-	opts.Coordinator.SessionTTL = 5
-	opts.Scheduler = scheduler.DefaultConfig()
-	opts.Scheduler.SchedulerName = schedName
-	opts.Scheduler.Partitions = 64
-	opts.Scheduler.BindBackoff = 200 * time.Millisecond
-	opts.Status = status.DefaultConfig()
-	opts.Status.Interval = 200 * time.Millisecond
-	if testing.Verbose() {
-		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	readyc := make(chan *Daemon, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, opts, func(d *Daemon) { readyc <- d }) }()
-	var d *Daemon
-	select {
-	case d = <-readyc:
-	case err := <-done:
-		cancel()
-		t.Fatalf("daemon %s: %v", name, err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		<-done
-		t.Fatalf("daemon %s not ready after 60s", name)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("daemon %s stopped with %v", name, err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	d, _, stop := runDaemon(t, cfg, name, endpoints, join)
 	return d, stop
 }
 

@@ -99,7 +99,9 @@ func TestInvalidQueuesLeftOutValidOnesScheduled(t *testing.T) {
 			t.Fatal(err)
 		}
 		vc := ev.vc
-		outer.Cleanup(func() { _ = vc.SchedulingV1beta1().Queues().Delete(context.Background(), "iq-good", metav1.DeleteOptions{}) })
+		outer.Cleanup(func() {
+			_ = vc.SchedulingV1beta1().Queues().Delete(context.Background(), "iq-good", metav1.DeleteOptions{})
+		})
 		ev.podGroup("iq-job-1", "iq-good", 1)
 		ev.pod("iq-job-1-0", "iq-job-1", "1", "1Gi", nil)
 		ev.eventually("the pod in the queue created after the bad ones is bound", 30*time.Second, func() bool { return ev.nodeOf("iq-job-1-0") != "" })
