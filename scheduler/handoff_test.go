@@ -346,17 +346,23 @@ func newRig(t *testing.T, name string, notHeld ...string) *rig {
 		r.own.notHeld[k] = true
 	}
 	r.binder = &fakeBinder{claims: r.claims, binds: map[string]string{}}
+	r.s = r.newScheduler(t, 1, nopStatus{})
+	r.start(t)
+	return r
+}
+
+// newScheduler is a scheduler over the rig's cache and fakes.
+func (r *rig) newScheduler(t *testing.T, seed uint64, st Status) *Scheduler {
+	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Seed = 1
+	cfg.Seed = seed
 	cfg.Now = r.clock
 	s, err := New(cfg, Deps{Cache: r.c, Ownership: r.own, Quota: r.quota, Binder: r.binder, Recorder: nopRecorder{},
-		Status: nopStatus{}, Peers: r.peers, Claims: r.claims})
+		Status: st, Peers: r.peers, Claims: r.claims})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.s = s
-	r.start(t)
-	return r
+	return s
 }
 
 // start runs the scheduler's bind workers until stop (or the test's end).

@@ -382,18 +382,8 @@ func (r *rig) restart(t *testing.T) {
 	t.Helper()
 	tree := r.s.Tree()
 	r.stop()
-	cfg := DefaultConfig()
-	cfg.Seed = 2
-	cfg.Now = r.clock
-	s, err := New(cfg, Deps{Cache: r.c, Ownership: r.own, Quota: r.quota, Binder: r.binder, Recorder: nopRecorder{},
-		Status: nopStatus{}, Peers: r.peers, Claims: r.claims})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := r.newScheduler(t, 2, r.s.deps.Status)
 	s.SetTree(tree)
-	if old, ok := r.s.deps.Status.(*recStatus); ok {
-		s.deps.Status = old
-	}
 	r.s = s
 	r.start(t)
 }
