@@ -56,13 +56,17 @@ type QueueSpec struct {
 	// DequeueStrategy is DequeueFIFO (the default when empty) or
 	// DequeueTraverse.
 	DequeueStrategy string `json:",omitempty"`
+	// Closed is set while the queue admits nothing new: Volcano's queue
+	// controller owns Queue.status.state and sets it Closing or Closed
+	// (cascading to children); what runs keeps running.
+	Closed bool `json:",omitempty"`
 }
 
 // Equal reports whether two specs declare the same queue, field by field
 // (amounts compared by value, a zero scalar equal to an absent one).
 func (s QueueSpec) Equal(o QueueSpec) bool {
 	return s.Name == o.Name && s.Parent == o.Parent && s.Weight == o.Weight &&
-		s.DequeueStrategy == o.DequeueStrategy && limitsEqual(s.Capability, o.Capability) &&
+		s.DequeueStrategy == o.DequeueStrategy && s.Closed == o.Closed && limitsEqual(s.Capability, o.Capability) &&
 		s.Deserved.Equal(o.Deserved) && s.Guarantee.Equal(o.Guarantee)
 }
 

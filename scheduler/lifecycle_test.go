@@ -24,7 +24,8 @@ import (
 //
 // Commands:
 //
-//	queue name=Q [parent=P] [cpu=N] [dequeue=traverse]   declare or change a queue (capability in CPUs)
+//	queue name=Q [parent=P] [cpu=N] [dequeue=traverse] [closed]
+//	                                                       declare or change a queue (capability in CPUs; closed: Volcano's state Closed)
 //	node name=N cpu=C                                      a node with C CPUs
 //	job name=J [queue=Q] [min=M] [tasks=T] [cpu=C] [minres=MILLICPU] [implicit]
 //	                                                       a PodGroup and T pending tasks of C CPUs
@@ -139,7 +140,8 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	ctx := context.Background()
 	switch d.Cmd {
 	case "queue":
-		spec := api.QueueSpec{Name: argStr(d, "name", ""), Parent: argStr(d, "parent", ""), DequeueStrategy: argStr(d, "dequeue", "")}
+		spec := api.QueueSpec{Name: argStr(d, "name", ""), Parent: argStr(d, "parent", ""), DequeueStrategy: argStr(d, "dequeue", ""),
+			Closed: argStr(d, "closed", "") != ""}
 		if c := argInt(t, d, "cpu", -1); c >= 0 {
 			l, err := api.NewLimit(map[string]int64{api.CPU: c * 1000})
 			if err != nil {

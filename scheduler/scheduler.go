@@ -485,6 +485,10 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 		now := s.cfg.Now()
 		traverse := s.dequeueTraverse(q)
 		path := s.queuePath(q)
+		if closed := s.closedLevel(path); closed != "" {
+			s.refuseClosed(js, closed)
+			continue
+		}
 		for _, j := range js {
 			s.mu.Lock()
 			rec := s.peek(j.UID)
@@ -618,6 +622,42 @@ func (s *Scheduler) dequeueTraverse(q string) bool {
 	}
 	spec, _ := tree.Get(q)
 	return spec.DequeueStrategy == api.DequeueTraverse
+}
+
+// closedLevel is the first level of path (leaf first) that is Closed or
+// Closing, or "".
+func (s *Scheduler) closedLevel(path []string) string {
+	tree := s.Tree()
+	if tree == nil {
+		return ""
+	}
+	for _, q := range path {
+		if spec, ok := tree.Get(q); ok && spec.Closed {
+			return q
+		}
+	}
+	return ""
+}
+
+// refuseClosed says on each job of js not admitted yet that its queue (or
+// the ancestor closed) admits nothing new; what was admitted goes on.
+func (s *Scheduler) refuseClosed(js []*api.Job, closed string) {
+	now := s.cfg.Now()
+	for _, j := range js {
+		s.mu.Lock()
+		rec := s.peek(j.UID)
+		s.mu.Unlock()
+		if rec.admission != nil || now.Before(rec.admitWait.until) {
+			continue
+		}
+		s.backOffAdmission(j.UID)
+		msg := fmt.Sprintf("queue %q is closed (or closing): it admits no new job; jobs already admitted keep running", closed)
+		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+			Type: "Unschedulable", Status: "True", Reason: "QueueClosed", Message: msg}}})
+		if s.rateLimited(j.UID) {
+			s.deps.Recorder.Unschedulable(j, msg)
+		}
+	}
 }
 
 // queuePath is q and its ancestors, leaf first (nil without a tree).

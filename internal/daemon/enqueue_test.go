@@ -81,3 +81,47 @@ func TestEnqueueHandshakeLikeVolcanosJobController(t *testing.T) {
 		return p != schedv1beta1.PodGroupInqueue, fmt.Sprintf("phase %q", p)
 	})
 }
+
+// Volcano's queue controller owns Queue.status.state: a Closed (or
+// Closing) queue admits no new job, says so on the job, and admits again
+// once Open.
+func TestClosedQueueAdmitsNothingNew(t *testing.T) {
+	ev := newEnv(t)
+	ctx := context.Background()
+	ev.nodes("closed-node", 1, "8", "32Gi")
+	ev.lcQueue("closed-q", "root", "8")
+	setState := func(state schedv1beta1.QueueState) {
+		t.Helper()
+		q, err := ev.vc.SchedulingV1beta1().Queues().Get(ctx, "closed-q", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Status.State = state
+		if _, err := ev.vc.SchedulingV1beta1().Queues().UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setState(schedv1beta1.QueueStateClosed)
+	ev.lcPodGroup("late", "closed-q", 1, "")
+	ev.pod("late-0", "late", "1", "1Gi", nil)
+	ev.lcEventually("the job in the closed queue says why it waits", 30*time.Second, func() (bool, string) {
+		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, "late", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range pg.Status.Conditions {
+			if c.Reason == "QueueClosed" && strings.Contains(c.Message, "closed-q") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", pg.Status)
+	})
+	ev.lcHold("nothing is bound in the closed queue", 2*time.Second, func() (bool, string) {
+		n := ev.nodeOf("late-0")
+		return n == "", "late-0 on " + n
+	})
+	setState(schedv1beta1.QueueStateOpen)
+	ev.lcEventually("the job is bound once the queue is open", 30*time.Second, func() (bool, string) {
+		return ev.nodeOf("late-0") != "", "unbound"
+	})
+}

@@ -153,6 +153,7 @@ func QueueSpecFromVolcano(q *schedv1beta1.Queue) (api.QueueSpec, error) {
 		Weight:     int32(w),
 		// Volcano's DequeueStrategy values are the api's.
 		DequeueStrategy: string(q.Spec.DequeueStrategy),
+		Closed:          q.Status.State == schedv1beta1.QueueStateClosed || q.Status.State == schedv1beta1.QueueStateClosing,
 	}, nil
 }
 
