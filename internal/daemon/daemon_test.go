@@ -87,7 +87,7 @@ func startDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []
 // runDaemon starts a shard process as startDaemon does and also returns a
 // stop function (idempotent, run anyway when the test ends), so that a test
 // can take a shard down while it goes on.
-func runDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string) (*Daemon, string, func()) {
+func runDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string, tune ...func(*Options)) (*Daemon, string, func()) {
 	t.Helper()
 	port, err := cluster.FreePort()
 	if err != nil {
@@ -112,6 +112,9 @@ func runDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []st
 	opts.Status.Interval = 200 * time.Millisecond
 	if testing.Verbose() {
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	for _, f := range tune {
+		f(&opts)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	readyc := make(chan *Daemon, 1)

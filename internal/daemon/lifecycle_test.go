@@ -39,9 +39,9 @@ import (
 
 // lcDaemon starts a shard process and returns it with its stop function
 // (runDaemon).
-func lcDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string) (*Daemon, func()) {
+func lcDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string, tune ...func(*Options)) (*Daemon, func()) {
 	t.Helper()
-	d, _, stop := runDaemon(t, cfg, name, endpoints, join)
+	d, _, stop := runDaemon(t, cfg, name, endpoints, join, tune...)
 	return d, stop
 }
 
@@ -714,18 +714,21 @@ func (ev *env) lcQueueTruth() (cpu int64, running int32, err error) {
 	return cpu, running, nil
 }
 
-// Two shards; the one owning queue lc-tw writes its status. A third shard
-// joins whose name wins that queue, so ownership moves while the old owner
-// keeps running. The jobs then change (one ends, one starts); the Queue's
-// status comes to say what the pods say (allocated cpu, running jobs) and
-// stays so: nothing, the old owner included, writes another value over it.
+// Case 7 (two writers of one Queue status across an ownership change).
+// Two shards whose status batchers flush only when the test says; the one
+// owning queue lc-tw has a value for it pending (never written) when a
+// third shard joins whose name wins the queue. The jobs then change; the
+// new owner writes what the pods say; then the old owner flushes: its
+// stale pending value must not land (the fence drops it), and the Queue's
+// status stays what the pods say.
 func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 	start := time.Now()
 	ev := newNamespace(t)
 	ctx := context.Background()
 	e := testenv.NewEtcd(t)
-	d0, _ := lcDaemon(t, ev.cfg, "shard-0", e.Endpoints, nil)
-	d1, _ := lcDaemon(t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()})
+	manual := func(o *Options) { o.Status.Interval, o.Status.MaxPending = time.Hour, 1 << 20 }
+	d0, _ := lcDaemon(t, ev.cfg, "shard-0", e.Endpoints, nil, manual)
+	d1, _ := lcDaemon(t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()}, manual)
 	const q = "lc-tw"
 	key := shard.QueueKey(q)
 	// The third member's name is chosen so that it owns the queue once it
@@ -753,11 +756,6 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 		}
 		return oldOwner.Shard.Holds(key)
 	})
-	for i := 0; i < 2; i++ {
-		name := fmt.Sprintf("tw-%d", i)
-		ev.lcPodGroup(name, q, 1, "")
-		ev.pod(name+"-0", name, "1", "1Gi", nil)
-	}
 	statusIs := func(cpu int64, running int32) (bool, string) {
 		qq, err := ev.vc.SchedulingV1beta1().Queues().Get(ctx, q, metav1.GetOptions{})
 		if err != nil {
@@ -767,11 +765,30 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 		return got.MilliValue() == cpu && qq.Status.Running == running,
 			fmt.Sprintf("status allocated cpu %dm running %d, want %dm and %d", got.MilliValue(), qq.Status.Running, cpu, running)
 	}
-	ev.eventually("both jobs bound and the Queue's status says so", 30*time.Second, func() bool {
-		ok, _ := statusIs(2000, 2)
-		return ok && ev.boundCount("tw-0", 1) == 1 && ev.boundCount("tw-1", 1) == 1
+	flushOld := func() {
+		t.Helper()
+		if err := oldOwner.Status.Flush(ctx); err != nil {
+			t.Logf("old owner's flush: %v", err)
+		}
+	}
+	// tw-0 runs and the old owner writes that.
+	ev.lcPodGroup("tw-0", q, 1, "")
+	ev.pod("tw-0-0", "tw-0", "1", "1Gi", nil)
+	ev.eventually("tw-0 is bound", 30*time.Second, func() bool { return ev.nodeOf("tw-0-0") != "" })
+	ev.lcEventually("the old owner writes tw-0's queue status", 30*time.Second, func() (bool, string) {
+		flushOld()
+		return statusIs(1000, 1)
 	})
+	// tw-1 runs: the old owner has that pending, unwritten, when the queue
+	// moves.
+	ev.lcPodGroup("tw-1", q, 1, "")
+	ev.pod("tw-1-0", "tw-1", "1", "1Gi", nil)
+	ev.eventually("tw-1 is bound", 30*time.Second, func() bool { return ev.nodeOf("tw-1-0") != "" })
+	ev.eventually("the old owner has the new status pending", 30*time.Second, func() bool { return oldOwner.Status.Stats().Pending > 0 })
+	// Pacing, not an assertion: queue status is recomputed every 200 ms.
+	time.Sleep(time.Second)
 	fencedBefore := oldOwner.Status.Stats().Fenced
+	t.Logf("old owner %s before the move: %+v", oldName, oldOwner.Status.Stats())
 
 	d2, _ := lcDaemon(t, ev.cfg, newName, e.Endpoints, []string{d0.Shard.GossipAddr()})
 	ev.eventually(fmt.Sprintf("queue %s moves from %s to %s", q, oldName, newName), 30*time.Second, func() bool {
@@ -804,9 +821,14 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 		t.Fatalf("after the change the pods say %dm cpu and %d running jobs, want 3000m and 2", cpu, running)
 	}
 	t.Logf("status right %s after the move", time.Since(moved).Round(time.Millisecond))
-	ev.lcHold("the Queue's status stays what the pods say", 4*time.Second, func() (bool, string) {
+	// The old owner's pending value (2000m, 2 running) would land now.
+	flushOld()
+	ev.lcHold("the Queue's status stays what the pods say", 3*time.Second, func() (bool, string) {
 		return statusIs(cpu, running)
 	})
+	if n := oldOwner.Status.Stats().Fenced - fencedBefore; n == 0 {
+		t.Errorf("the old owner fenced nothing: its pending value for %s was not dropped", q)
+	}
 	for _, d := range []*Daemon{d0, d1, d2} {
 		t.Logf("%s status stats: %+v", d.opts.Name, d.Status.Stats())
 	}
