@@ -82,6 +82,9 @@ type Task struct {
 	Implicit bool
 	// Queue is the queue the pod asks for (annotation), for implicit groups.
 	Queue string
+	// TaskSpec names the task of its job the pod belongs to (Volcano's
+	// volcano.sh/task-spec annotation), for the job's MinTaskMember.
+	TaskSpec string
 	// Request is the sum of the containers' requests (init containers:
 	// the max rule), with "pods" = 1.
 	Request       Resource
@@ -118,9 +121,12 @@ type Job struct {
 	// MinResources, when set, is what admission reserves; otherwise the
 	// sum of the first MinMember tasks' requests.
 	MinResources *Resource
-	Priority     int32
-	Phase        JobPhase
-	Created      time.Time
+	// MinTaskMember is, per task (TaskSpec), how many of its pods must run
+	// for the job to run: a gang within the gang. Never mutated once set.
+	MinTaskMember map[string]int32
+	Priority      int32
+	Phase         JobPhase
+	Created       time.Time
 	// Implicit marks a PodGroup the scheduler created for a plain workload.
 	Implicit bool
 	// ResourceVersion is the PodGroup's, for delete preconditions (F4).

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,9 +29,9 @@ import (
 //	queue name=Q [parent=P] [cpu=N] [dequeue=traverse] [closed]
 //	                                                       declare or change a queue (capability in CPUs; closed: Volcano's state Closed)
 //	node name=N cpu=C                                      a node with C CPUs
-//	job name=J [queue=Q] [min=M] [tasks=T] [cpu=C] [minres=MILLICPU] [implicit]
-//	                                                       a PodGroup and T pending tasks of C CPUs
-//	tasks job=J n=N [cpu=C]                                N more pending tasks (a Job controller's next pods)
+//	job name=J [queue=Q] [min=M] [tasks=T] [cpu=C] [minres=MILLICPU] [implicit] [mintask=S:N,...] [spec=S]
+//	                                                       a PodGroup and T pending tasks of C CPUs (of task spec S)
+//	tasks job=J n=N [cpu=C] [spec=S]                       N more pending tasks (a Job controller's next pods)
 //	finish job=J n=N                                       N bound tasks succeed
 //	delete job=J                                           the PodGroup and its tasks are gone
 //	terminate job=J                                        the PodGroup is gone, its bound tasks are releasing
@@ -177,16 +179,27 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 			r := api.NewResource(m, 0, nil)
 			j.MinResources = &r
 		}
+		if mt := argStr(d, "mintask", ""); mt != "" {
+			j.MinTaskMember = map[string]int32{}
+			for _, kv := range strings.Split(mt, ",") {
+				k, v, _ := strings.Cut(kv, ":")
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					t.Fatalf("%s: mintask %q: %v", d.Pos, kv, err)
+				}
+				j.MinTaskMember[k] = int32(n)
+			}
+		}
 		w.jobs[name] = &wJob{job: j}
 		w.r.c.AddOrUpdateJob(j)
-		w.addTasks(name, int(argInt(t, d, "tasks", 1)), argInt(t, d, "cpu", 1))
+		w.addTasks(name, int(argInt(t, d, "tasks", 1)), argInt(t, d, "cpu", 1), argStr(d, "spec", ""))
 		return w.check()
 	case "tasks":
 		name := argStr(d, "job", "")
 		if w.jobs[name] == nil {
 			return "no job " + name
 		}
-		w.addTasks(name, int(argInt(t, d, "n", 1)), argInt(t, d, "cpu", 1))
+		w.addTasks(name, int(argInt(t, d, "n", 1)), argInt(t, d, "cpu", 1), argStr(d, "spec", ""))
 		return w.check()
 	case "finish":
 		name := argStr(d, "job", "")
@@ -264,12 +277,12 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	return ""
 }
 
-func (w *world) addTasks(job string, n int, cpu int64) {
+func (w *world) addTasks(job string, n int, cpu int64, spec string) {
 	wj := w.jobs[job]
 	for i := 0; i < n; i++ {
 		k := len(wj.tasks)
 		tk := &api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", job, k), UID: fmt.Sprintf("%s-t%d", wj.job.UID, k), Job: job,
-			Implicit: wj.job.Implicit, Queue: wj.job.Queue,
+			Implicit: wj.job.Implicit, Queue: wj.job.Queue, TaskSpec: spec,
 			Request: api.NewResource(cpu*1000, 0, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano",
 			Created: w.r.clock()}
 		w.tasks[tk.UID] = tk
@@ -358,6 +371,19 @@ func (w *world) state() string {
 			reserved = fmt.Sprintf("%s (%s)", r.Amount.With(api.Pods, 0), r.State)
 		}
 		fmt.Fprintf(&b, "job %s: bound=%d pending=%d done=%d reserved=%s phase=%s\n", n, bound, pending, done, reserved, w.status.phase(wj.job.UID))
+		if len(wj.job.MinTaskMember) > 0 {
+			by := map[string]int{}
+			for _, uid := range wj.tasks {
+				if _, ok := binds[uid]; ok && !w.done[uid] {
+					by[w.tasks[uid].TaskSpec]++
+				}
+			}
+			var parts []string
+			for _, spec := range slices.Sorted(maps.Keys(wj.job.MinTaskMember)) {
+				parts = append(parts, fmt.Sprintf("%s=%d/%d", spec, by[spec], wj.job.MinTaskMember[spec]))
+			}
+			fmt.Fprintf(&b, "  bound by task (of minTaskMember): %s\n", strings.Join(parts, " "))
+		}
 	}
 	use := w.usage()
 	if tree := w.r.s.Tree(); tree != nil {

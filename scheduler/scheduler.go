@@ -502,8 +502,9 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			if j.Phase == api.JobCompleted && len(pending) == 0 {
 				continue // a Completed group with new pending pods is scheduled again
 			}
+			pending, short := gangOrder(j, pending, boundBySpec(j, s.snap.TasksOfJob(j.Namespace, j.Name)))
 			amount, ok := admitAmount(j, pending, s.summary(j))
-			if !ok {
+			if !ok || (short != "" && (j.MinResources == nil || j.MinResources.IsZero())) {
 				continue // not all gang members exist yet
 			}
 			if s.refuseNeverFits(j, path, amount) {
@@ -736,6 +737,10 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		role    role
 		pending []*api.Task
 		bound   int
+		// Per-task gangs (taskgang.go): bound tasks per spec, and the
+		// first spec short of its minimum.
+		bySpec map[string]int
+		short  string
 	}
 	var work []roled
 	var resizes []resizeReq
@@ -746,13 +751,15 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			continue
 		}
 		pending, bound, _ := s.jobTasks(j)
+		bySpec := boundBySpec(j, s.snap.TasksOfJob(j.Namespace, j.Name))
+		pending, short := gangOrder(j, pending, bySpec)
 		if role == asOwner || role == asClaimer {
 			mine[j.UID] = true
 			if r, ok := s.wantResize(j, pending, now, room); ok {
 				resizes = append(resizes, r)
 			}
 		}
-		work = append(work, roled{j: j, role: role, pending: pending, bound: bound})
+		work = append(work, roled{j: j, role: role, pending: pending, bound: bound, bySpec: bySpec, short: short})
 	}
 	s.forgetCover(mine)
 	parallel(resizes, s.cfg.AdmitParallelism, func(r resizeReq) { s.resize(ctx, r) })
@@ -782,6 +789,9 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		if need > len(ready) {
 			continue // part of the gang is in backoff: wait for it
 		}
+		if w.short != "" && bound < int(max(j.MinMember, 1)) {
+			continue // a task's own gang is not all there yet
+		}
 		// The quota rule: only what the reservation covers is placed.
 		ready = ready[:s.coveredTasks(j, ready)]
 		if need > len(ready) {
@@ -793,6 +803,11 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		var res placement.Result
 		if cand := s.holdFilter(j, nodes, &unheld); len(cand) > 0 {
 			res = placement.PlaceGang(pc, ready, cand, need, s.rng)
+		}
+		taskShort := res.OK && !taskGangMet(j, ready, res.Assignments, w.bySpec)
+		if taskShort {
+			// The group's gang fits but a task's own does not: nothing.
+			res = placement.Result{Reasons: res.Reasons}
 		}
 		s.hist.place.Observe(time.Since(t0).Seconds())
 		pspan.SetAttributes(attribute.Bool("placed", res.OK))
@@ -815,6 +830,9 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			msg := placement.Summarize(res.Reasons, len(nodes))
 			if need > 1 {
 				msg = fmt.Sprintf("gang of %d (minMember %d) does not fit: %s", need, j.MinMember, msg)
+			}
+			if taskShort {
+				msg = fmt.Sprintf("the pods of one of its tasks (minTaskMember %v) do not all fit at once: %s", j.MinTaskMember, msg)
 			}
 			for _, t := range ready {
 				if s.rateLimited(t.UID) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
@@ -123,5 +124,46 @@ func TestClosedQueueAdmitsNothingNew(t *testing.T) {
 	setState(schedv1beta1.QueueStateOpen)
 	ev.lcEventually("the job is bound once the queue is open", 30*time.Second, func() (bool, string) {
 		return ev.nodeOf("late-0") != "", "unbound"
+	})
+}
+
+// A PyTorchJob as Kubeflow's training-operator hands it to Volcano's gang
+// scheduler: a PodGroup with minMember 3, minTaskMember master 1 and
+// worker 2, and minResources; pods annotated with their task. The workers
+// come first and there is room for three pods only: the gang placed is
+// the master and two workers, never three workers.
+func TestPerTaskGangLikeAPyTorchJob(t *testing.T) {
+	ev := newEnv(t)
+	ctx := context.Background()
+	ev.nodes("torch-node", 1, "3", "32Gi")
+	ev.lcQueue("torch-q", "root", "16")
+	pg := ev.lcPodGroup("torch", "torch-q", 3, "3")
+	pg.Spec.MinTaskMember = map[string]int32{"master": 1, "worker": 2}
+	if _, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Update(ctx, pg, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	taskPod := func(name, task string) {
+		t.Helper()
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ev.ns, Annotations: map[string]string{
+				"scheduling.k8s.io/group-name": "torch", "volcano.sh/task-spec": task}},
+			Spec: corev1.PodSpec{SchedulerName: schedName, Containers: []corev1.Container{{Name: "c", Image: "busybox",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}},
+		}
+		if _, err := ev.cs.CoreV1().Pods(ev.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		taskPod(fmt.Sprintf("torch-worker-%d", i), "worker")
+	}
+	ev.lcHold("no worker is bound while the master's pod is missing", 2*time.Second, func() (bool, string) {
+		n := ev.boundCount("torch-worker", 3)
+		return n == 0, fmt.Sprintf("%d workers bound", n)
+	})
+	taskPod("torch-master-0", "master")
+	ev.lcEventually("the master and two workers are bound", 30*time.Second, func() (bool, string) {
+		m, w := ev.nodeOf("torch-master-0") != "", ev.boundCount("torch-worker", 3)
+		return m && w == 2, fmt.Sprintf("master bound %v, %d workers bound", m, w)
 	})
 }

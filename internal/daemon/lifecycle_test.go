@@ -726,7 +726,7 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 	ev := newNamespace(t)
 	ctx := context.Background()
 	e := testenv.NewEtcd(t)
-	manual := func(o *Options) { o.Status.Interval, o.Status.MaxPending = time.Hour, 1 << 20 }
+	manual := func(o *Options) { o.Status.Interval, o.Status.MaxPending = time.Hour, 1<<20 }
 	d0, _ := lcDaemon(t, ev.cfg, "shard-0", e.Endpoints, nil, manual)
 	d1, _ := lcDaemon(t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()}, manual)
 	const q = "lc-tw"

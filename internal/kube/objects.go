@@ -14,6 +14,9 @@ import (
 const (
 	GroupNameAnnotation = "scheduling.k8s.io/group-name"
 	QueueNameAnnotation = "scheduling.volcano.sh/queue-name"
+	// TaskSpecAnnotation names the task of its job a pod belongs to, as
+	// Volcano's job controller and Kubeflow's operators set it.
+	TaskSpecAnnotation = "volcano.sh/task-spec"
 	// ImplicitGroupLabel marks PodGroups this scheduler created for plain
 	// workloads.
 	ImplicitGroupLabel = "shardsched.io/implicit"
@@ -81,6 +84,7 @@ func TaskFromPod(p *corev1.Pod) (api.Task, error) {
 		Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
 		Job:           p.Annotations[GroupNameAnnotation],
 		Queue:         p.Annotations[QueueNameAnnotation],
+		TaskSpec:      p.Annotations[TaskSpecAnnotation],
 		Request:       req,
 		NodeName:      p.Spec.NodeName,
 		SchedulerName: p.Spec.SchedulerName,
@@ -167,6 +171,18 @@ func JobFromPodGroup(pg *schedv1beta1.PodGroup) (api.Job, error) {
 	}
 	if j.MinMember < 0 {
 		return api.Job{}, fmt.Errorf("podgroup %s/%s: negative minMember %d", pg.Namespace, pg.Name, j.MinMember)
+	}
+	for task, n := range pg.Spec.MinTaskMember {
+		if n < 0 {
+			return api.Job{}, fmt.Errorf("podgroup %s/%s: negative minTaskMember %d for task %q", pg.Namespace, pg.Name, n, task)
+		}
+		if n == 0 {
+			continue
+		}
+		if j.MinTaskMember == nil {
+			j.MinTaskMember = map[string]int32{}
+		}
+		j.MinTaskMember[task] = n
 	}
 	if pg.Spec.MinResources != nil && len(*pg.Spec.MinResources) > 0 {
 		r, err := ResourceFromList(*pg.Spec.MinResources)
