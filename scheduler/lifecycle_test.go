@@ -32,6 +32,7 @@ import (
 //	job name=J [queue=Q] [min=M] [tasks=T] [cpu=C] [minres=MILLICPU] [implicit] [mintask=S:N,...] [spec=S]
 //	                                                       a PodGroup and T pending tasks of C CPUs (of task spec S)
 //	tasks job=J n=N [cpu=C] [spec=S]                       N more pending tasks (a Job controller's next pods)
+//	edit job=J [min=M] [minres=MILLICPU]                   the PodGroup's spec changes in place
 //	finish job=J n=N                                       N bound tasks succeed
 //	delete job=J                                           the PodGroup and its tasks are gone
 //	terminate job=J                                        the PodGroup is gone, its bound tasks are releasing
@@ -193,6 +194,22 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		w.jobs[name] = &wJob{job: j}
 		w.r.c.AddOrUpdateJob(j)
 		w.addTasks(name, int(argInt(t, d, "tasks", 1)), argInt(t, d, "cpu", 1), argStr(d, "spec", ""))
+		return w.check()
+	case "edit":
+		// The PodGroup's spec changes in place (a new version).
+		wj := w.jobs[argStr(d, "job", "")]
+		j := wj.job
+		if m := argInt(t, d, "min", -1); m >= 0 {
+			j.MinMember = int32(m)
+		}
+		if m := argInt(t, d, "minres", -1); m >= 0 {
+			r := api.NewResource(m, 0, nil)
+			j.MinResources = &r
+		}
+		w.serial++
+		j.ResourceVersion = strconv.Itoa(w.serial)
+		wj.job = j
+		w.r.c.AddOrUpdateJob(j)
 		return w.check()
 	case "tasks":
 		name := argStr(d, "job", "")

@@ -64,8 +64,8 @@ const maxTargets = 256
 
 // resizeTargets are the absolute amounts a job's reservation should take,
 // in order, for the coordinator to apply while they fit: first the floor
-// (what its bound tasks use, and while the gang is not whole what
-// admission asked), then the floor grown by each pending task in turn, as
+// (what its bound tasks use, its minResources, and while the gang is not
+// whole what admission asked), then the floor grown by each pending task in turn, as
 // long as the growth beyond the floor fits in room (what this shard's nodes
 // have free: quota is not held for pods that have nowhere to go). pending
 // is in placement order (jobTasks). The floor is never zero for a job with
@@ -73,11 +73,14 @@ const maxTargets = 256
 func resizeTargets(j *api.Job, pending []*api.Task, sum cache.JobSummary, room api.Resource) []api.Resource {
 	use := jobUse(sum)
 	floor := use
+	if j.MinResources != nil {
+		// What the PodGroup claims stays held while the job lives (Spark's
+		// driver runs first; its executors come later, into this).
+		floor = floor.Max(*j.MinResources)
+	}
 	if sum.Bound < max(int(j.MinMember), 1) {
 		if a, ok := admitAmount(j, pending, sum); ok {
 			floor = floor.Max(a)
-		} else if j.MinResources != nil {
-			floor = floor.Max(*j.MinResources)
 		}
 	}
 	targets := []api.Resource{floor}
