@@ -7,6 +7,8 @@ import "github.com/shardsched/shardsched/api"
 // with pending tasks; this covers every job, for confirmation and status.
 type JobSummary struct {
 	Pending, Bound, Done int
+	// Failed is the part of Done that failed (the rest succeeded).
+	Failed int
 	// Allocated is the request of the bound, non-terminal tasks (without
 	// the "pods" scalar).
 	Allocated api.Resource
@@ -37,6 +39,9 @@ func (c *Cache) JobSummary(namespace, job string) JobSummary {
 			s.Predecessors++
 		case t.Phase.Terminal():
 			s.Done++
+			if t.Phase == api.TaskFailed {
+				s.Failed++
+			}
 		case t.NodeName != "":
 			s.Bound++
 			addRequest(&s.Allocated, t.Request)

@@ -41,6 +41,8 @@ type jobRec struct {
 	// statusSent: a PodGroup status was handed to Status (so prune makes
 	// Status forget it once the job is gone).
 	statusSent bool
+	// phaseSent is the phase and counts syncPhase last wrote.
+	phaseSent string
 }
 
 // settleKey is what decides a job's resize: its task counts and its
@@ -58,7 +60,7 @@ func (r *jobRec) setCover(amount *api.Resource) {
 
 func (r *jobRec) empty() bool {
 	return r.admission == nil && !r.confirmed && r.cover == nil && r.admitWait == (quotaBackoff{}) &&
-		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent && r.lateUntil.IsZero()
+		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent && r.lateUntil.IsZero() && r.phaseSent == ""
 }
 
 // rec returns uid's record, creating it. Called with s.mu held.

@@ -1051,7 +1051,24 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 	s.mu.Lock()
 	s.rec(j.UID).confirmed = true
 	s.mu.Unlock()
-	s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobRunning, Running: int32(bound)})
+	s.syncPhase(j, api.JobRunning, bound)
+}
+
+// syncPhase writes a job's phase with its counts (running = bound tasks,
+// succeeded and failed from the cache) when they differ from what this
+// shard last wrote for it.
+func (s *Scheduler) syncPhase(j *api.Job, phase api.JobPhase, bound int) {
+	sum := s.summary(j)
+	st := api.JobStatus{Phase: phase, Running: int32(bound), Succeeded: int32(sum.Done - sum.Failed), Failed: int32(sum.Failed)}
+	key := fmt.Sprintf("%s/%d/%d/%d", st.Phase, st.Running, st.Succeeded, st.Failed)
+	s.mu.Lock()
+	r := s.rec(j.UID)
+	same := r.phaseSent == key
+	r.phaseSent = key
+	s.mu.Unlock()
+	if !same {
+		s.setPodGroup(j.Namespace, j.Name, j.UID, st)
+	}
 }
 
 // releaseGone releases reservations of jobs that no longer exist (matched
@@ -1083,8 +1100,20 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 		pending, bound, done := s.jobTasks(j)
 		if len(pending) == 0 && bound == 0 && done >= int(max(j.MinMember, 1)) {
 			gone = append(gone, j.UID)
-			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobCompleted, Succeeded: int32(done)})
+			s.syncPhase(j, api.JobCompleted, 0)
 			continue
+		}
+		s.mu.Lock()
+		confirmed := s.peek(j.UID).confirmed
+		s.mu.Unlock()
+		if confirmed {
+			// Running while minMember are bound; Unknown when a running
+			// gang lost members, as Volcano computes it.
+			phase := api.JobRunning
+			if bound < int(max(j.MinMember, 1)) {
+				phase = api.JobUnknown
+			}
+			s.syncPhase(j, phase, bound)
 		}
 		if s.podsLate(j, len(pending), bound, done) {
 			gone = append(gone, j.UID)
@@ -1165,7 +1194,7 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 		if liveJobs[uid] {
 			continue
 		}
-		r.admitWait, r.resizeWait, r.lateUntil = quotaBackoff{}, quotaBackoff{}, time.Time{}
+		r.admitWait, r.resizeWait, r.lateUntil, r.phaseSent = quotaBackoff{}, quotaBackoff{}, time.Time{}, ""
 		if r.admission == nil {
 			r.confirmed = false // nothing to release: releaseGone keeps admitted ones
 			r.setCover(nil)
