@@ -41,6 +41,7 @@ type options struct {
 	statusFlush                                   time.Duration
 	httpAddr, coordAddr, coordAdvertise, logLevel string
 	shutdownTimeout                               time.Duration
+	implicitGroups                                bool
 }
 
 func parse(args []string) (options, error) {
@@ -68,6 +69,8 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.coordAdvertise, "coordinator-advertise-addr", "", "coordinator URL other shards use (default http://$POD_IP:port)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "bound on a graceful stop")
+	fs.BoolVar(&o.implicitGroups, "implicit-podgroups", true,
+		"create a PodGroup (minMember 1) for pods that name none; false when Volcano's podgroup controller runs beside the shards and does it")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -204,6 +207,7 @@ func run(o options, log *slog.Logger) error {
 		done <- daemon.Run(ctx, daemon.Options{
 			Name: o.shardName, REST: rc, EtcdEndpoints: splitList(o.etcdEndpoints), EtcdTLS: tlsCfg, HTTPAddr: o.httpAddr,
 			Shard: sc, Coordinator: cc, Scheduler: schedCfg, Status: stCfg, Logger: log, Tracer: tp,
+			NoImplicitGroups: !o.implicitGroups,
 		}, func(d *daemon.Daemon) {
 			log.Info("shard ready", "name", o.shardName, "gossip", d.Shard.GossipAddr(), "coordinator", d.Coord.Addr())
 		})

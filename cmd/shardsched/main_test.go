@@ -31,3 +31,20 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		t.Fatalf("valid flags refused: %v", err)
 	}
 }
+
+// Implicit PodGroups are on by default and off with the flag (Volcano's
+// podgroup controller creates them when it runs beside the shards).
+func TestImplicitPodGroupsFlag(t *testing.T) {
+	base := []string{"--shard-name=s0", "--etcd-endpoints=127.0.0.1:2379"}
+	o, err := parse(base)
+	if err != nil || !o.implicitGroups {
+		t.Fatalf("default: implicit %v err %v, want on", o.implicitGroups, err)
+	}
+	o, err = parse(append(base, "--implicit-podgroups=false"))
+	if err != nil || o.implicitGroups {
+		t.Fatalf("--implicit-podgroups=false: implicit %v err %v, want off", o.implicitGroups, err)
+	}
+	if _, err := parse(append(base, "--implicit-podgroups=maybe")); err == nil || !strings.Contains(err.Error(), "implicit-podgroups") {
+		t.Fatalf("--implicit-podgroups=maybe: err %v, want one naming the flag", err)
+	}
+}

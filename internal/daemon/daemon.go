@@ -50,6 +50,9 @@ type Options struct {
 	Logger      *slog.Logger
 	// Tracer is the tracer provider (telemetry.Setup); nil: no tracing.
 	Tracer trace.TracerProvider
+	// NoImplicitGroups: do not create PodGroups for pods that name none
+	// (Volcano's podgroup controller runs beside the shards and does).
+	NoImplicitGroups bool
 }
 
 // Daemon is a running shard process.
@@ -176,8 +179,12 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	schedCfg.Logger = log
 	schedCfg.Tracer = opts.Tracer
 	claims := shard.NewClaims(sh)
+	var groups scheduler.Groups
+	if !opts.NoImplicitGroups {
+		groups = kube.NewGroups(vc)
+	}
 	sched, err = scheduler.New(schedCfg, scheduler.Deps{
-		Cache: c, Ownership: sh, Quota: quota, Binder: kube.NewBinder(cs), Recorder: rec, Status: batcher, Groups: kube.NewGroups(vc),
+		Cache: c, Ownership: sh, Quota: quota, Binder: kube.NewBinder(cs), Recorder: rec, Status: batcher, Groups: groups,
 		Peers: sh, Claims: claims,
 	})
 	if err != nil {
