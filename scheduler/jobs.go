@@ -42,7 +42,13 @@ type jobRec struct {
 	// Status forget it once the job is gone).
 	statusSent bool
 	// phaseSent is the phase and counts syncPhase last wrote.
-	phaseSent string
+	phaseSent phaseKey
+}
+
+// phaseKey is a PodGroup phase with its counts.
+type phaseKey struct {
+	phase                      api.JobPhase
+	running, succeeded, failed int32
 }
 
 // settleKey is what decides a job's resize: its task counts and its
@@ -60,7 +66,7 @@ func (r *jobRec) setCover(amount *api.Resource) {
 
 func (r *jobRec) empty() bool {
 	return r.admission == nil && !r.confirmed && r.cover == nil && r.admitWait == (quotaBackoff{}) &&
-		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent && r.lateUntil.IsZero() && r.phaseSent == ""
+		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent && r.lateUntil.IsZero() && r.phaseSent == (phaseKey{})
 }
 
 // rec returns uid's record, creating it. Called with s.mu held.

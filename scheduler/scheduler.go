@@ -502,7 +502,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			if j.Phase == api.JobCompleted && len(pending) == 0 {
 				continue // a Completed group with new pending pods is scheduled again
 			}
-			pending, short := gangOrder(j, pending, boundBySpec(j, s.snap.TasksOfJob(j.Namespace, j.Name)))
+			pending, short := gangOrder(j, pending, s.boundBySpec(j))
 			amount, ok := admitAmount(j, pending, s.summary(j))
 			if !ok || (short != "" && (j.MinResources == nil || j.MinResources.IsZero())) {
 				continue // not all gang members exist yet
@@ -751,7 +751,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			continue
 		}
 		pending, bound, _ := s.jobTasks(j)
-		bySpec := boundBySpec(j, s.snap.TasksOfJob(j.Namespace, j.Name))
+		bySpec := s.boundBySpec(j)
 		pending, short := gangOrder(j, pending, bySpec)
 		if role == asOwner || role == asClaimer {
 			mine[j.UID] = true
@@ -1060,7 +1060,7 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 func (s *Scheduler) syncPhase(j *api.Job, phase api.JobPhase, bound int) {
 	sum := s.summary(j)
 	st := api.JobStatus{Phase: phase, Running: int32(bound), Succeeded: int32(sum.Done - sum.Failed), Failed: int32(sum.Failed)}
-	key := fmt.Sprintf("%s/%d/%d/%d", st.Phase, st.Running, st.Succeeded, st.Failed)
+	key := phaseKey{phase: st.Phase, running: st.Running, succeeded: st.Succeeded, failed: st.Failed}
 	s.mu.Lock()
 	r := s.rec(j.UID)
 	same := r.phaseSent == key
@@ -1194,7 +1194,7 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 		if liveJobs[uid] {
 			continue
 		}
-		r.admitWait, r.resizeWait, r.lateUntil, r.phaseSent = quotaBackoff{}, quotaBackoff{}, time.Time{}, ""
+		r.admitWait, r.resizeWait, r.lateUntil, r.phaseSent = quotaBackoff{}, quotaBackoff{}, time.Time{}, phaseKey{}
 		if r.admission == nil {
 			r.confirmed = false // nothing to release: releaseGone keeps admitted ones
 			r.setCover(nil)

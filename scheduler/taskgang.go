@@ -14,14 +14,14 @@ import (
 // task's minimum go first, both in what admission sizes and in what
 // placement tries, and a plan that leaves a task short places nothing.
 
-// boundBySpec counts the job's bound, unfinished tasks per task spec (nil
-// when the job sets no minTaskMember).
-func boundBySpec(j *api.Job, tasks []*api.Task) map[string]int {
+// boundBySpec counts the job's bound, unfinished tasks per task spec (nil,
+// without reading its tasks, when the job sets no minTaskMember).
+func (s *Scheduler) boundBySpec(j *api.Job) map[string]int {
 	if len(j.MinTaskMember) == 0 {
 		return nil
 	}
 	out := map[string]int{}
-	for _, t := range tasks {
+	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
 		if t.NodeName != "" && !t.Phase.Terminal() {
 			out[t.TaskSpec]++
 		}
