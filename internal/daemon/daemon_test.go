@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
@@ -198,6 +199,24 @@ func (ev *env) pod(name, group, cpu, mem string, selector map[string]string) {
 		},
 	}
 	if _, err := ev.cs.CoreV1().Pods(ev.ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		ev.t.Fatal(err)
+	}
+}
+
+// updateQueue changes a Queue's spec; the shards write its status and
+// annotations meanwhile, so a conflict is read again and retried.
+func (ev *env) updateQueue(name string, change func(*schedv1beta1.Queue)) {
+	ev.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		q, err := ev.vc.SchedulingV1beta1().Queues().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(q)
+		_, err = ev.vc.SchedulingV1beta1().Queues().Update(context.Background(), q, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		ev.t.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
@@ -93,12 +94,18 @@ func TestClosedQueueAdmitsNothingNew(t *testing.T) {
 	ev.lcQueue("closed-q", "root", "8")
 	setState := func(state schedv1beta1.QueueState) {
 		t.Helper()
-		q, err := ev.vc.SchedulingV1beta1().Queues().Get(ctx, "closed-q", metav1.GetOptions{})
+		// As Volcano's queue controller would; the shards write the
+		// status's other fields meanwhile, so a conflict is retried.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			q, err := ev.vc.SchedulingV1beta1().Queues().Get(ctx, "closed-q", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			q.Status.State = state
+			_, err = ev.vc.SchedulingV1beta1().Queues().UpdateStatus(ctx, q, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		q.Status.State = state
-		if _, err := ev.vc.SchedulingV1beta1().Queues().UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,9 +144,12 @@ func TestPerTaskGangLikeAPyTorchJob(t *testing.T) {
 	ctx := context.Background()
 	ev.nodes("torch-node", 1, "3", "32Gi")
 	ev.lcQueue("torch-q", "root", "16")
-	pg := ev.lcPodGroup("torch", "torch-q", 3, "3")
-	pg.Spec.MinTaskMember = map[string]int32{"master": 1, "worker": 2}
-	if _, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Update(ctx, pg, metav1.UpdateOptions{}); err != nil {
+	minRes := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}
+	if _, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Create(ctx, &schedv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "torch", Namespace: ev.ns},
+		Spec: schedv1beta1.PodGroupSpec{MinMember: 3, Queue: "torch-q", MinResources: &minRes,
+			MinTaskMember: map[string]int32{"master": 1, "worker": 2}},
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	taskPod := func(name, task string) {

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/shardsched/shardsched/api"
@@ -320,12 +321,18 @@ func TestLifecycleElasticDeploymentCappedByQueue(t *testing.T) {
 	}
 	scale := func(n int32) {
 		t.Helper()
-		s, err := ev.cs.AppsV1().Deployments(ev.ns).GetScale(ctx, "elastic", metav1.GetOptions{})
+		// The Deployment controller writes the object too: a conflict is
+		// read again and retried, as kubectl scale does.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			s, err := ev.cs.AppsV1().Deployments(ev.ns).GetScale(ctx, "elastic", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			s.Spec.Replicas = n
+			_, err = ev.cs.AppsV1().Deployments(ev.ns).UpdateScale(ctx, "elastic", s, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		s.Spec.Replicas = n
-		if _, err := ev.cs.AppsV1().Deployments(ev.ns).UpdateScale(ctx, "elastic", s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

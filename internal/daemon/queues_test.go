@@ -134,15 +134,8 @@ func TestInvalidQueuesLeftOutValidOnesScheduled(t *testing.T) {
 		ev.pod("iq-job-3-0", "iq-job-3", "1", "1Gi", nil)
 		ev.eventually("after a restart, a pod in the default queue is bound", 30*time.Second, func() bool { return ev.nodeOf("iq-job-3-0") != "" })
 		// Fixed, a queue leaves its mark behind.
-		q, err := ev.vc.SchedulingV1beta1().Queues().Get(context.Background(), "iq-orphan", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		q.Spec.Parent = "iq-good-parent"
 		ev.queue("iq-good-parent", "", nil)
-		if _, err := ev.vc.SchedulingV1beta1().Queues().Update(context.Background(), q, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		ev.updateQueue("iq-orphan", func(q *schedv1beta1.Queue) { q.Spec.Parent = "iq-good-parent" })
 		ev.eventually("the fixed queue's mark is removed", 30*time.Second, func() bool { return ev.invalidMark("iq-orphan") == "" })
 		ev.podGroup("iq-job-4", "iq-orphan", 1)
 		ev.pod("iq-job-4-0", "iq-job-4", "1", "1Gi", nil)
@@ -287,14 +280,7 @@ func TestQueueStatusWritesDoNotPushTree(t *testing.T) {
 	}
 
 	// A spec change is pushed, once.
-	q, err := ev.vc.SchedulingV1beta1().Queues().Get(ctx, "sw-q0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Spec.Weight = 5
-	if _, err := ev.vc.SchedulingV1beta1().Queues().Update(ctx, q, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ev.updateQueue("sw-q0", func(q *schedv1beta1.Queue) { q.Spec.Weight = 5 })
 	ev.eventually("the weight change reaches the coordinator", 30*time.Second, func() bool {
 		list, err := ev.d.Quota.List(ctx)
 		if err != nil {
