@@ -411,7 +411,7 @@ func (c *Cluster) unbookLocked(p *simPod) {
 		delete(n.pods, p.t.UID)
 	}
 	for _, q := range c.paths[p.job.spec.Queue] {
-		c.used[q], _ = c.used[q].Sub(p.t.Request)
+		c.addUsedLocked(q, p.t.Request, -1)
 	}
 	if p.index >= 0 {
 		heap.Remove(&c.ends, p.index)
@@ -422,11 +422,7 @@ func (c *Cluster) unbookLocked(p *simPod) {
 // ancestor, and counts each level it leaves above its capability.
 func (c *Cluster) bookQuotaLocked(p *simPod) {
 	for _, q := range c.paths[p.job.spec.Queue] {
-		u, err := c.used[q].Add(p.t.Request)
-		if err != nil {
-			continue // overflow: cannot happen with the workload's sizes
-		}
-		c.used[q] = u
+		u := c.addUsedLocked(q, p.t.Request, 1)
 		over := false
 		for _, d := range c.caps[q].Dims() {
 			limit, _ := c.caps[q].Get(d)
@@ -444,6 +440,27 @@ func (c *Cluster) bookQuotaLocked(p *simPod) {
 			c.overrunsByKind[p.job.kindLabel()]++
 		}
 	}
+}
+
+// addUsedLocked adds sign × r to queue q's running sum, in place: the sums
+// are the cluster's own (copied out by every reader), and this runs at every
+// bind and end under the cluster's lock, so it must not allocate per call.
+// It returns the new sum.
+func (c *Cluster) addUsedLocked(q string, r api.Resource, sign int64) api.Resource {
+	u := c.used[q]
+	u.MilliCPU += sign * r.MilliCPU
+	u.Memory += sign * r.Memory
+	for k, v := range r.Scalars {
+		if u.Scalars == nil {
+			u.Scalars = map[string]int64{}
+		}
+		u.Scalars[k] += sign * v
+		if u.Scalars[k] == 0 {
+			delete(u.Scalars, k)
+		}
+	}
+	c.used[q] = u
+	return u
 }
 
 // kindLabel names the job's kind and PodGroup style, e.g. "deployment,
