@@ -592,19 +592,11 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		s.stats.quotaWaits.Add(1)
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("waiting for quota: %v", qe)
-		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
-			Type: "Unschedulable", Status: "True", Reason: "QueueQuotaExceeded", Message: msg}}})
-		if s.rateLimited(j.UID) {
-			s.deps.Recorder.Unschedulable(j, msg)
-		}
+		s.waiting(j, "QueueQuotaExceeded", msg)
 	case errors.Is(err, coordinator.ErrInvalid):
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("cannot be admitted: %v", err)
-		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
-			Type: "Unschedulable", Status: "True", Reason: "InvalidQueue", Message: msg}}})
-		if s.rateLimited(j.UID) {
-			s.deps.Recorder.Unschedulable(j, msg)
-		}
+		s.waiting(j, "InvalidQueue", msg)
 	default:
 		// The coordinator is unreachable or failing over: the rest of
 		// the queue would wait CallTimeout each for the same answer.
@@ -653,11 +645,7 @@ func (s *Scheduler) refuseClosed(js []*api.Job, closed string) {
 		}
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("queue %q is closed (or closing): it admits no new job; jobs already admitted keep running", closed)
-		s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
-			Type: "Unschedulable", Status: "True", Reason: "QueueClosed", Message: msg}}})
-		if s.rateLimited(j.UID) {
-			s.deps.Recorder.Unschedulable(j, msg)
-		}
+		s.waiting(j, "QueueClosed", msg)
 	}
 }
 
@@ -689,11 +677,7 @@ func (s *Scheduler) refuseNeverFits(j *api.Job, path []string, amount api.Resour
 func (s *Scheduler) neverFitsStatus(j *api.Job, queue, dim string, asked, capv int64) {
 	msg := fmt.Sprintf("can never be admitted: it asks for %s of %s, above the capability %s of queue %q; jobs behind it are not held up",
 		api.FormatQuantity(dim, asked), dim, api.FormatQuantity(dim, capv), queue)
-	s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
-		Type: "Unschedulable", Status: "True", Reason: "QueueCapabilityTooSmall", Message: msg}}})
-	if s.rateLimited(j.UID) {
-		s.deps.Recorder.Unschedulable(j, msg)
-	}
+	s.waiting(j, "QueueCapabilityTooSmall", msg)
 }
 
 // backOffAdmission makes a job that was not admitted (no quota, a bad
@@ -1119,14 +1103,10 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 			gone = append(gone, j.UID)
 			msg := fmt.Sprintf("admitted %s ago but only %d of its minMember %d pods exist: its quota is given back until they come",
 				s.cfg.InqueueTimeout, len(pending)+bound+done, max(j.MinMember, 1))
-			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
-				Type: "Unschedulable", Status: "True", Reason: "PodsNotCreated", Message: msg}}})
+			s.waiting(j, "PodsNotCreated", msg)
 			s.mu.Lock()
 			s.rec(j.UID).lateUntil = s.cfg.Now().Add(s.cfg.InqueueTimeout / 4)
 			s.mu.Unlock()
-			if s.rateLimited(j.UID) {
-				s.deps.Recorder.Unschedulable(j, msg)
-			}
 		}
 	}
 	parallel(gone, s.cfg.AdmitParallelism, func(uid string) {
@@ -1204,6 +1184,17 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 			s.deps.Status.ForgetPodGroup(uid)
 		}
 		s.tidy(uid)
+	}
+}
+
+// waiting says on a job's PodGroup why it is not admitted: phase Pending,
+// an Unschedulable condition with reason and msg, and an event (at most
+// one every 5 s per job).
+func (s *Scheduler) waiting(j *api.Job, reason, msg string) {
+	s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+		Type: "Unschedulable", Status: "True", Reason: reason, Message: msg}}})
+	if s.rateLimited(j.UID) {
+		s.deps.Recorder.Unschedulable(j, msg)
 	}
 }
 
