@@ -250,19 +250,34 @@ func (s *Scheduler) backOffResize(uid string) {
 	s.rec(uid).resizeWait.next(s.cfg.Now())
 }
 
-// forgetCover drops what this shard knew of the reservations of jobs it
-// does not place this cycle (mine are those it does): another shard may
-// resize them meanwhile, so their amount is learnt again (by a resize)
-// before this shard places them again.
-func (s *Scheduler) forgetCover(mine map[string]bool) {
+// forgetCover drops what this shard knew of the reservations of jobs
+// outside keep (those it places this cycle, and those it owns that nobody
+// else places: coverStillOurs): another shard may resize them meanwhile, so
+// their amount is learnt again (by a resize) before this shard places them
+// again.
+func (s *Scheduler) forgetCover(keep map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for uid, r := range s.jobs {
-		if r.cover != nil && !mine[uid] {
+		if r.cover != nil && !keep[uid] {
 			r.setCover(nil)
 			s.tidy(uid)
 		}
 	}
+}
+
+// coverStillOurs reports whether the owner of j's queue, not placing j in
+// this cycle, may keep what it knows of j's reservation: it still holds the
+// queue and no claim record for j is visible, so no other shard places j
+// and none can be resizing its reservation (only a claimer would; the owner
+// may just be waiting for its view of the records to catch up, as at
+// start-up, when dropping the cover cost one re-learning call per job).
+func (s *Scheduler) coverStillOurs(j *api.Job) bool {
+	if !s.handoffOn() || !s.deps.Ownership.Holds(shard.QueueKey(j.Queue)) {
+		return false
+	}
+	_, claimed := s.deps.Claims.Lookup(j.UID)
+	return !claimed
 }
 
 // coveredTasks is how many of ready (in order) j's reservation covers on

@@ -728,6 +728,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	}
 	var work []roled
 	var resizes []resizeReq
+	keepCover := map[string]bool{} // jobs whose reservation nobody else can have resized
 	room := &lazyRoom{nodes: nodes}
 	for _, j := range jobs {
 		role := s.roleOf(ctx, j)
@@ -737,15 +738,19 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		pending, bound, _ := s.jobTasks(j)
 		bySpec := s.boundBySpec(j)
 		pending, short := gangOrder(j, pending, bySpec)
+		if role == placedElsewhere && s.coverStillOurs(j) {
+			keepCover[j.UID] = true
+		}
 		if role == asOwner || role == asClaimer {
 			mine[j.UID] = true
+			keepCover[j.UID] = true
 			if r, ok := s.wantResize(j, pending, now, room); ok {
 				resizes = append(resizes, r)
 			}
 		}
 		work = append(work, roled{j: j, role: role, pending: pending, bound: bound, bySpec: bySpec, short: short})
 	}
-	s.forgetCover(mine)
+	s.forgetCover(keepCover)
 	parallel(resizes, s.cfg.AdmitParallelism, func(r resizeReq) { s.resize(ctx, r) })
 	var unheld []*api.NodeBooks // nodes minus the held ones, computed once
 	for _, w := range work {
