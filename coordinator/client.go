@@ -132,9 +132,9 @@ func (c *Client) Close() {
 
 // Result is the answer to a request.
 type Result struct {
-	Reservation  Reservation
-	Existed      bool // Reserve: the UID already held this reservation
-	Found        bool // Release: the UID held a reservation
+	Reservation Reservation
+	Existed     bool // Reserve: the UID already held this reservation
+	Found       bool // Release: the UID held a reservation
 	// Granted is how many of a Resize's targets were applied; Refused, why
 	// the next one was not (nil when all were).
 	Granted      int

@@ -128,10 +128,8 @@ func neverFits(tree *api.Tree, path []string, amount api.Resource) (queue, dim s
 		if !found {
 			continue
 		}
-		for _, d := range amount.Dims() {
-			if c, set := spec.Capability.Get(d); set && amount.Get(d) > c {
-				return q, d, amount.Get(d), c, true
-			}
+		if d, over, bad := spec.Capability.Excess(amount); bad {
+			return q, d, amount.Get(d), amount.Get(d) - over, true
 		}
 	}
 	return "", "", 0, 0, false

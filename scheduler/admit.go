@@ -1,0 +1,254 @@
+// Admission: the queue owner asks the coordinator for the reservations of
+// its queues' jobs, in fair-share order, and says on each job why it waits.
+
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/coordinator"
+)
+
+// admit asks the coordinator for every job of an owned queue that has no
+// reservation yet. Queues go in fair-share order, jobs by priority then age;
+// a queue's jobs are reserved one after another (so priority holds within
+// the queue) while up to AdmitParallelism queues are in flight at once (the
+// coordinator client batches their calls).
+func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
+	tree := s.Tree() // once per cycle: every queue's facts come from it
+	queues := make([]string, 0, len(byQueue))
+	for q := range byQueue {
+		queues = append(queues, q)
+	}
+	shares := s.queueShares(byQueue)
+	sort.Slice(queues, func(a, b int) bool {
+		if shares[queues[a]] != shares[queues[b]] {
+			return shares[queues[a]] < shares[queues[b]]
+		}
+		return queues[a] < queues[b]
+	})
+	// Work out, on the loop goroutine, what each job would reserve.
+	var work [][]admitReq
+	for _, q := range queues {
+		js := byQueue[q]
+		sort.SliceStable(js, func(a, b int) bool {
+			if js[a].Priority != js[b].Priority {
+				return js[a].Priority > js[b].Priority
+			}
+			return js[a].Created.Before(js[b].Created)
+		})
+		var reqs []admitReq
+		now := s.cfg.Now()
+		path, traverse := queuePath(tree, q)
+		if closed := closedLevel(tree, path); closed != "" {
+			s.refuseClosed(js, closed)
+			continue
+		}
+		for _, j := range js {
+			s.mu.Lock()
+			rec := s.peek(j.UID)
+			s.mu.Unlock()
+			done, wait := rec.admission != nil, rec.admitWait
+			waiting := wait != (quotaBackoff{})
+			if done || now.Before(rec.lateUntil) {
+				continue // admitted, or its pods did not come: it holds up nobody
+			}
+			pending, bound, _ := s.jobTasks(j)
+			if j.Phase == api.JobCompleted && len(pending) == 0 {
+				continue // a Completed group with new pending pods is scheduled again
+			}
+			pending, short := gangOrder(j, pending, s.boundBySpec(j))
+			amount, ok := admitAmount(j, pending, s.summary(j))
+			if !ok || (short != "" && (j.MinResources == nil || j.MinResources.IsZero())) {
+				continue // not all gang members exist yet
+			}
+			if s.refuseNeverFits(j, tree, path, amount) {
+				continue // can never fit: skipped, so it blocks nobody
+			}
+			if waiting && now.Before(wait.until) {
+				if traverse {
+					continue // dequeueStrategy traverse: later jobs may pass it
+				}
+				// Refused a moment ago: the jobs behind it in this queue
+				// (same or lower priority, younger) wait too, so a big
+				// gang is not starved by smaller ones taking the quota
+				// it waits for (strict FIFO within a queue).
+				break
+			}
+			reqs = append(reqs, admitReq{job: j, amount: amount, bound: bound, traverse: traverse})
+		}
+		if len(reqs) > 0 {
+			work = append(work, reqs)
+		}
+	}
+	// Queues go in parallel (the client batches their calls), so within one
+	// cycle the fair-share order between queues is approximate; it holds
+	// across cycles. A queue stops at its first job that is not admitted.
+	parallel(work, s.cfg.AdmitParallelism, func(reqs []admitReq) {
+		for _, r := range reqs {
+			if !s.reserve(ctx, r) && !r.traverse {
+				return
+			}
+		}
+	})
+}
+
+type admitReq struct {
+	job    *api.Job
+	amount api.Resource
+	bound  int
+	// traverse: the queue's dequeueStrategy lets later jobs pass this one
+	// when it is refused.
+	traverse bool
+}
+
+// reserve asks the coordinator for one job's reservation and records the
+// answer; it reports whether the jobs behind it in its queue may be asked
+// for now (it was admitted, or it can never fit). Called concurrently by
+// admit's workers.
+func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
+	j := r.job
+	actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
+		attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
+	cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
+	t0 := time.Now()
+	res, err := s.deps.Quota.Reserve(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, r.amount)
+	s.hist.reserve.Observe(time.Since(t0).Seconds())
+	cancel()
+	span.SetAttributes(attribute.Bool("admitted", err == nil))
+	span.End()
+	var qe *coordinator.QuotaError
+	switch {
+	case err == nil:
+		s.stats.admitted.Add(1)
+		if !j.Created.IsZero() {
+			s.hist.admissionWait.Observe(s.since(j.Created).Seconds())
+		}
+		s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", r.amount.String())
+		s.mu.Lock()
+		rec := s.rec(j.UID)
+		rec.admission = &admission{job: *j, queue: j.Queue, at: s.cfg.Now()}
+		// The reservation may predate this ask (a queue that changed
+		// owner, a retry): what it holds is what the answer says.
+		amount := res.Reservation.Amount
+		rec.setCover(&amount)
+		rec.admitWait = quotaBackoff{}
+		s.mu.Unlock()
+		if j.Phase == api.JobPending || j.Phase == api.JobCompleted || j.Phase == "" {
+			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
+		}
+	case errors.As(err, &qe) && qe.Asked > qe.Capability:
+		// Larger than a level's capability: it can never fit there, so
+		// it must not hold up the jobs behind it.
+		s.backOffAdmission(j.UID)
+		s.neverFitsStatus(j, qe.Queue, qe.Resource, qe.Asked, qe.Capability)
+		return true
+	case errors.As(err, &qe):
+		s.stats.quotaWaits.Add(1)
+		s.backOffAdmission(j.UID)
+		msg := fmt.Sprintf("waiting for quota: %v", qe)
+		s.waiting(j, "QueueQuotaExceeded", msg)
+	case errors.Is(err, coordinator.ErrInvalid):
+		s.backOffAdmission(j.UID)
+		msg := fmt.Sprintf("cannot be admitted: %v", err)
+		s.waiting(j, "InvalidQueue", msg)
+	default:
+		// The coordinator is unreachable or failing over: the rest of
+		// the queue would wait CallTimeout each for the same answer.
+		s.backOffAdmission(j.UID)
+		s.log.Warn("reserve failed", "job", j.Key(), "err", err)
+	}
+	return err == nil
+}
+
+// closedLevel is the first level of path (leaf first) that is Closed or
+// Closing, or "".
+func closedLevel(tree *api.Tree, path []string) string {
+	if tree == nil {
+		return ""
+	}
+	for _, q := range path {
+		if spec, ok := tree.Get(q); ok && spec.Closed {
+			return q
+		}
+	}
+	return ""
+}
+
+// refuseClosed says on each job of js not admitted yet that its queue (or
+// the ancestor closed) admits nothing new; what was admitted goes on.
+func (s *Scheduler) refuseClosed(js []*api.Job, closed string) {
+	now := s.cfg.Now()
+	for _, j := range js {
+		s.mu.Lock()
+		rec := s.peek(j.UID)
+		s.mu.Unlock()
+		if rec.admission != nil || now.Before(rec.admitWait.until) {
+			continue
+		}
+		s.backOffAdmission(j.UID)
+		msg := fmt.Sprintf("queue %q is closed (or closing): it admits no new job; jobs already admitted keep running", closed)
+		s.waiting(j, "QueueClosed", msg)
+	}
+}
+
+// queuePath is q and its ancestors, leaf first (nil without a tree), and
+// whether q's dequeueStrategy is traverse (a job waiting for quota lets
+// later ones pass; fifo is the default).
+func queuePath(tree *api.Tree, q string) (path []string, traverse bool) {
+	if tree == nil {
+		return nil, false
+	}
+	path, _ = tree.Path(q)
+	spec, _ := tree.Get(q)
+	return path, spec.DequeueStrategy == api.DequeueTraverse
+}
+
+// refuseNeverFits reports whether amount is above the capability of a level
+// of path (so the job can never be admitted) and, if so, says so on the
+// PodGroup and backs it off.
+func (s *Scheduler) refuseNeverFits(j *api.Job, tree *api.Tree, path []string, amount api.Resource) bool {
+	q, dim, asked, capv, never := neverFits(tree, path, amount)
+	if !never {
+		return false
+	}
+	s.backOffAdmission(j.UID)
+	s.neverFitsStatus(j, q, dim, asked, capv)
+	return true
+}
+
+// neverFitsStatus marks a job that asks more than a queue level's
+// capability as Unschedulable, with an event (rate-limited).
+func (s *Scheduler) neverFitsStatus(j *api.Job, queue, dim string, asked, capv int64) {
+	msg := fmt.Sprintf("can never be admitted: it asks for %s of %s, above the capability %s of queue %q; jobs behind it are not held up",
+		api.FormatQuantity(dim, asked), dim, api.FormatQuantity(dim, capv), queue)
+	s.waiting(j, "QueueCapabilityTooSmall", msg)
+}
+
+// backOffAdmission makes a job that was not admitted (no quota, a bad
+// queue, the coordinator unreachable) wait before it is asked
+// for again, 50 ms doubling to 2 s, not on every cycle (50 times a second).
+func (s *Scheduler) backOffAdmission(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rec(uid).admitWait.next(s.cfg.Now())
+}
+
+// waiting says on a job's PodGroup why it is not admitted: phase Pending,
+// an Unschedulable condition with reason and msg, and an event (at most
+// one every 5 s per job).
+func (s *Scheduler) waiting(j *api.Job, reason, msg string) {
+	s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+		Type: "Unschedulable", Status: "True", Reason: reason, Message: msg}}})
+	if s.rateLimited(j.UID) {
+		s.deps.Recorder.Unschedulable(j, msg)
+	}
+}

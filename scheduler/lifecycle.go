@@ -1,0 +1,200 @@
+// After admission: confirming a reservation once its gang is bound, the
+// phase a job shows, releasing what a gone or finished job held, and
+// forgetting what this shard remembered of it.
+
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/coordinator"
+)
+
+// releaseGone releases reservations of jobs that no longer exist (matched
+// by UID) or whose tasks have all finished.
+func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
+	s.mu.Lock()
+	var gone []string
+	var names []admission
+	for uid, r := range s.jobs {
+		if r.admission != nil && !live[uid] {
+			gone = append(gone, uid)
+			names = append(names, *r.admission)
+		}
+	}
+	s.mu.Unlock()
+	// A deleted job's pods may still be terminating, holding their nodes:
+	// its reservation covers them until they are gone.
+	kept := gone[:0]
+	for i, uid := range gone {
+		if !s.podsStillBound(names[i].job.Namespace, names[i].job.Name) {
+			kept = append(kept, uid)
+		}
+	}
+	gone = kept
+	for _, j := range s.snap.Jobs() {
+		if !s.isAdmitted(j.UID) {
+			continue
+		}
+		pending, bound, done := s.jobTasks(j)
+		if len(pending) == 0 && bound == 0 && done >= int(max(j.MinMember, 1)) {
+			gone = append(gone, j.UID)
+			s.syncPhase(j, api.JobCompleted, 0)
+			continue
+		}
+		s.mu.Lock()
+		confirmed := s.peek(j.UID).confirmed
+		s.mu.Unlock()
+		if confirmed {
+			// Running while minMember are bound; Unknown when a running
+			// gang lost members, as Volcano computes it.
+			phase := api.JobRunning
+			if bound < int(max(j.MinMember, 1)) {
+				phase = api.JobUnknown
+			}
+			s.syncPhase(j, phase, bound)
+		}
+		if s.podsLate(j, len(pending), bound, done) {
+			gone = append(gone, j.UID)
+			msg := fmt.Sprintf("admitted %s ago but only %d of its minMember %d pods exist: its quota is given back until they come",
+				s.cfg.InqueueTimeout, len(pending)+bound+done, max(j.MinMember, 1))
+			s.waiting(j, "PodsNotCreated", msg)
+			s.mu.Lock()
+			s.rec(j.UID).lateUntil = s.cfg.Now().Add(s.cfg.InqueueTimeout / 4)
+			s.mu.Unlock()
+		}
+	}
+	parallel(gone, s.cfg.AdmitParallelism, func(uid string) {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		_, err := s.deps.Quota.Release(cctx, uid)
+		cancel()
+		if err != nil {
+			s.log.Warn("release failed", "job uid", uid, "err", err)
+			return
+		}
+		s.dropReservation(uid)
+	})
+	s.forgetReleased(ctx, gone)
+}
+
+// podsLate reports whether j, admitted here, has waited InqueueTimeout for
+// the pods of its gang: fewer than minMember exist and none is bound.
+func (s *Scheduler) podsLate(j *api.Job, pending, bound, done int) bool {
+	if bound > 0 || pending+done >= int(max(j.MinMember, 1)) {
+		return false
+	}
+	s.mu.Lock()
+	a := s.peek(j.UID).admission
+	s.mu.Unlock()
+	return a != nil && !a.at.IsZero() && s.since(a.at) >= s.cfg.InqueueTimeout
+}
+
+// podsStillBound reports whether pods of a PodGroup that no longer exists
+// (namespace/name, no successor under that name) are still bound and
+// unfinished: being deleted, they hold their nodes through their grace
+// period, and the quota rule counts them until they are gone.
+func (s *Scheduler) podsStillBound(namespace, name string) bool {
+	if _, exists := s.deps.Cache.JobByName(namespace, name); exists {
+		return false // a successor's members are its own; its predecessor's pods are not told apart
+	}
+	return s.deps.Cache.JobSummary(namespace, name).Bound > 0
+}
+
+// needsConfirm reports whether a job's gang is bound and its reservation
+// not yet confirmed.
+func (s *Scheduler) needsConfirm(j *api.Job, bound int) bool {
+	if bound < int(max(j.MinMember, 1)) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.peek(j.UID).confirmed
+}
+
+type confirmReq struct {
+	job   *api.Job
+	bound int
+}
+
+// confirm confirms a job's reservation once its gang is bound. Called
+// concurrently for different jobs.
+func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	_, err := s.deps.Quota.Confirm(cctx, j.UID)
+	cancel()
+	if errors.Is(err, coordinator.ErrNotFound) {
+		// The tentative reservation went with an expired shard session:
+		// forget it, so the next cycle reserves again (bound tasks included).
+		s.log.Warn("reservation lost before confirm; admitting again", "job", j.Key())
+		s.dropReservation(j.UID)
+		return
+	}
+	if err != nil {
+		s.log.Warn("confirm failed", "job", j.Key(), "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.rec(j.UID).confirmed = true
+	s.mu.Unlock()
+	s.syncPhase(j, api.JobRunning, bound)
+}
+
+// syncPhase writes a job's phase with its counts (running = bound tasks,
+// succeeded and failed from the cache) when they differ from what this
+// shard last wrote for it.
+func (s *Scheduler) syncPhase(j *api.Job, phase api.JobPhase, bound int) {
+	sum := s.summary(j)
+	st := api.JobStatus{Phase: phase, Running: int32(bound), Succeeded: int32(sum.Done - sum.Failed), Failed: int32(sum.Failed)}
+	key := phaseKey{phase: st.Phase, running: st.Running, succeeded: st.Succeeded, failed: st.Failed}
+	s.mu.Lock()
+	r := s.rec(j.UID)
+	same := r.phaseSent == key
+	r.phaseSent = key
+	s.mu.Unlock()
+	if !same {
+		s.setPodGroup(j.Namespace, j.Name, j.UID, st)
+	}
+}
+
+// prune forgets backoff and event times of tasks that are no longer pending
+// and of jobs that are gone, so this state stays O(pending), not O(tasks
+// ever seen).
+func (s *Scheduler) prune(liveJobs map[string]bool) {
+	pending := map[string]bool{}
+	for _, t := range s.snap.PendingTasks() {
+		pending[t.UID] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid := range s.backoff {
+		if !pending[uid] {
+			delete(s.backoff, uid)
+		}
+	}
+	for uid := range s.lastEvent {
+		if !pending[uid] && !liveJobs[uid] {
+			delete(s.lastEvent, uid)
+		}
+	}
+	// The batcher remembers the last status written per PodGroup; a gone
+	// PodGroup's entry would stay forever.
+	for uid, r := range s.jobs {
+		if liveJobs[uid] {
+			continue
+		}
+		r.admitWait, r.resizeWait, r.lateUntil, r.phaseSent = quotaBackoff{}, quotaBackoff{}, time.Time{}, phaseKey{}
+		if r.admission == nil {
+			r.confirmed = false // nothing to release: releaseGone keeps admitted ones
+			r.setCover(nil)
+		}
+		if r.statusSent {
+			r.statusSent = false
+			s.deps.Status.ForgetPodGroup(uid)
+		}
+		s.tidy(uid)
+	}
+}

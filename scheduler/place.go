@@ -1,0 +1,336 @@
+// Placement: the jobs this shard places go onto its nodes as whole gangs,
+// within what their reservations cover, and a bounded pool binds them.
+
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/placement"
+	"github.com/shardsched/shardsched/shard"
+)
+
+// placeAdmitted places the pending tasks of the jobs this shard places
+// (roleOf: admitted here and not claimed elsewhere, or claimed here) on
+// this shard's nodes: a gang not yet running needs minMember tasks placed
+// at once. A job of the queue owner that does not fit is offered to a
+// shard with room. live holds the UIDs of every job in the snapshot.
+func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map[string]bool) {
+	nodes := s.snap.Nodes()
+	now := s.cfg.Now()
+	pc := s.place
+	if pc.Sample == 0 {
+		pc.Sample = nodeSample(len(nodes))
+	}
+	var confirms []confirmReq
+	defer func() {
+		parallel(confirms, s.cfg.AdmitParallelism, func(c confirmReq) { s.confirm(ctx, c.job, c.bound) })
+	}()
+	// Oldest first within a priority, so the longest-waiting gang plans
+	// before younger jobs take the room.
+	jobs = slices.Clone(jobs)
+	slices.SortStableFunc(jobs, func(a, b *api.Job) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created))
+	})
+	placedJobs, mine := map[string]bool{}, map[string]bool{}
+	defer func() { s.endHold(placedJobs, mine, live) }()
+	// First the roles, and the reservations of the jobs placed here resized
+	// to what their tasks ask (in parallel; the client batches them), so
+	// that placement below binds only what the reservations cover.
+	type roled struct {
+		j       *api.Job
+		role    role
+		pending []*api.Task
+		bound   int
+		// Per-task gangs (taskgang.go): bound tasks per spec, and the
+		// first spec short of its minimum.
+		bySpec map[string]int
+		short  string
+	}
+	var work []roled
+	var resizes []resizeReq
+	keepCover := map[string]bool{} // jobs whose reservation nobody else can have resized
+	room := &lazyRoom{nodes: nodes}
+	for _, j := range jobs {
+		role := s.roleOf(ctx, j)
+		if role == notMine {
+			continue
+		}
+		pending, bound, _ := s.jobTasks(j)
+		bySpec := s.boundBySpec(j)
+		pending, short := gangOrder(j, pending, bySpec)
+		if role == placedElsewhere && s.coverStillOurs(j) {
+			keepCover[j.UID] = true
+		}
+		if role == asOwner || role == asClaimer {
+			mine[j.UID] = true
+			keepCover[j.UID] = true
+			if r, ok := s.wantResize(j, pending, now, room); ok {
+				resizes = append(resizes, r)
+			}
+		}
+		work = append(work, roled{j: j, role: role, pending: pending, bound: bound, bySpec: bySpec, short: short})
+	}
+	s.forgetCover(keepCover)
+	parallel(resizes, s.cfg.AdmitParallelism, func(r resizeReq) { s.resize(ctx, r) })
+	var unheld []*api.NodeBooks // nodes minus the held ones, computed once
+	for _, w := range work {
+		j, role, pending, bound := w.j, w.role, w.pending, w.bound
+		if role == placedElsewhere {
+			if s.needsConfirm(j, bound) {
+				confirms = append(confirms, confirmReq{job: j, bound: bound})
+			}
+			continue
+		}
+		// A gang that is bound is confirmed, whatever else of the job
+		// still waits (for quota, for room): its reservation must not go
+		// with this shard's lease while its pods run.
+		if role == asOwner && s.needsConfirm(j, bound) {
+			confirms = append(confirms, confirmReq{job: j, bound: bound})
+		}
+		ready := s.readyTasks(pending, now)
+		if len(ready) == 0 {
+			continue
+		}
+		need := int(j.MinMember) - bound
+		if need < 1 {
+			need = 1
+		}
+		if need > len(ready) {
+			continue // part of the gang is in backoff: wait for it
+		}
+		if w.short != "" && bound < int(max(j.MinMember, 1)) {
+			continue // a task's own gang is not all there yet
+		}
+		// The quota rule: only what the reservation covers is placed.
+		ready = ready[:s.coveredTasks(j, ready)]
+		if need > len(ready) {
+			continue // the reservation has not grown enough yet
+		}
+		_, pspan := s.tracer.Start(ctx, "scheduler.place", trace.WithAttributes(
+			attribute.String("job", j.Key()), attribute.Int("tasks", len(ready)), attribute.Int("min_member", need), attribute.Int("nodes_considered", len(nodes))))
+		t0 := time.Now()
+		var res placement.Result
+		if cand := s.holdFilter(j, nodes, &unheld); len(cand) > 0 {
+			res = placement.PlaceGang(pc, ready, cand, need, s.rng)
+		}
+		taskShort := res.OK && !taskGangMet(j, ready, res.Assignments, w.bySpec)
+		if taskShort {
+			// The group's gang fits but a task's own does not: nothing.
+			res = placement.Result{Reasons: res.Reasons}
+		}
+		s.hist.place.Observe(time.Since(t0).Seconds())
+		pspan.SetAttributes(attribute.Bool("placed", res.OK))
+		pspan.End()
+		s.log.Debug("placement", "job", j.Key(), "need", need, "ready", len(ready), "ok", res.OK, "placed", res.Placed, "reasons", fmt.Sprint(res.Reasons))
+		if !res.OK {
+			if role == asOwner && s.offer(ctx, j, ready[:need]) {
+				continue
+			}
+			if role == asOwner {
+				s.maybeHold(j, ready, need, nodes)
+			}
+			if role == asClaimer {
+				s.claimStuck(ctx, j)
+				continue
+			}
+			if len(nodes) == 0 {
+				continue
+			}
+			msg := placement.Summarize(res.Reasons, len(nodes))
+			if need > 1 {
+				msg = fmt.Sprintf("gang of %d (minMember %d) does not fit: %s", need, j.MinMember, msg)
+			}
+			if taskShort {
+				msg = fmt.Sprintf("the pods of one of its tasks (minTaskMember %v) do not all fit at once: %s", j.MinTaskMember, msg)
+			}
+			for _, t := range ready {
+				if s.rateLimited(t.UID) {
+					s.deps.Recorder.FailedScheduling(t, msg)
+				}
+			}
+			continue
+		}
+		// Assume the whole plan before any bind: if the cache refuses one
+		// task (its node changed since the snapshot), the gang binds
+		// nothing this cycle rather than part of itself.
+		var assumed []*api.Task
+		refused := false
+		for _, t := range ready {
+			node, ok := res.Assignments[t.UID]
+			if !ok {
+				continue
+			}
+			if err := s.deps.Cache.Assume(t.UID, node); err != nil {
+				s.log.Debug("assume refused; the gang waits for the next cycle", "task", t.Key(), "node", node, "err", err)
+				refused = true
+				break
+			}
+			assumed = append(assumed, t)
+		}
+		if refused {
+			s.stats.assumeRefused.Add(1)
+			for _, t := range assumed {
+				s.deps.Cache.Forget(t.UID)
+			}
+			continue
+		}
+		// The rest of this cycle plans with these tasks on their nodes.
+		for _, t := range assumed {
+			s.snap.Book(res.Assignments[t.UID], t.Request)
+		}
+		placedJobs[j.UID] = true
+		req := s.placed(j, role)
+		for i, t := range assumed {
+			node := res.Assignments[t.UID]
+			s.mu.Lock()
+			s.inflight[t.UID] = node
+			s.rec(j.UID).binding++
+			s.mu.Unlock()
+			req.task, req.node = *t, node
+			select {
+			case s.binds <- req:
+			case <-ctx.Done():
+				// Stopping: undo what will never be sent (only task i
+				// was counted in flight so far).
+				s.mu.Lock()
+				delete(s.inflight, t.UID)
+				s.rec(j.UID).binding--
+				s.tidy(j.UID)
+				s.mu.Unlock()
+				for _, u := range assumed[i:] {
+					s.deps.Cache.Forget(u.UID)
+				}
+				return
+			}
+		}
+	}
+}
+
+// freeRoom is what the schedulable, in-sync nodes have free (without the
+// pod count), summed in place: it runs in cycles where a job may grow.
+func freeRoom(nodes []*api.NodeBooks) api.Resource {
+	var cpu, mem int64
+	var sc map[string]int64
+	for _, n := range nodes {
+		if n.OutOfSync || n.Node.Unschedulable {
+			continue
+		}
+		a, u := n.Node.Allocatable, n.Used
+		cpu += max(a.MilliCPU-u.MilliCPU, 0)
+		mem += max(a.Memory-u.Memory, 0)
+		for k, v := range a.Scalars {
+			if f := v - u.Scalars[k]; f > 0 && k != api.Pods {
+				if sc == nil {
+					sc = map[string]int64{}
+				}
+				sc[k] += f
+			}
+		}
+	}
+	return api.NewResource(cpu, mem, sc)
+}
+
+// readyTasks returns the pending tasks that may be placed now: not those
+// whose bind is in flight (assumed: already counted as bound) nor those
+// backing off after a failed bind.
+func (s *Scheduler) readyTasks(pending []*api.Task, now time.Time) []*api.Task {
+	var ready []*api.Task
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range pending {
+		if _, busy := s.inflight[t.UID]; busy {
+			continue
+		}
+		if until, ok := s.backoff[t.UID]; ok && now.Before(until) {
+			continue
+		}
+		ready = append(ready, t)
+	}
+	return ready
+}
+
+// bindWorker binds one pod at a time, only while the node's partition is
+// held; a failed bind forgets the assumption and backs the task off.
+func (s *Scheduler) bindWorker(ctx context.Context) {
+	for {
+		var r bindReq
+		select {
+		case <-ctx.Done():
+			return
+		case r = <-s.binds:
+		}
+		key := shard.PartitionKey(shard.Partition(r.node, s.cfg.Partitions))
+		leave, err := s.enterBind(r)
+		switch {
+		case err != nil:
+		case s.deps.Ownership.Use(key):
+			bctx, span := s.tracer.Start(ctx, "scheduler.bind", trace.WithAttributes(
+				attribute.String("pod", r.task.Key()), attribute.String("node", r.node), attribute.String("job", r.job.Key())))
+			cctx, cancel := context.WithTimeout(bctx, s.cfg.CallTimeout)
+			err = s.deps.Binder.Bind(cctx, &r.task, r.node)
+			cancel()
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+			s.deps.Ownership.Done(key)
+		default:
+			err = fmt.Errorf("partition %s of node %s is no longer held by this shard", key, r.node)
+		}
+		leave()
+		s.mu.Lock()
+		delete(s.inflight, r.task.UID)
+		if err != nil {
+			s.backoff[r.task.UID] = s.cfg.Now().Add(s.cfg.BindBackoff)
+		} else {
+			delete(s.backoff, r.task.UID)
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.stats.bindFailures.Add(1)
+			s.deps.Cache.Forget(r.task.UID)
+			s.log.Warn("bind failed", "task", r.task.Key(), "node", r.node, "err", err)
+			continue
+		}
+		s.stats.binds.Add(1)
+		if !r.task.Created.IsZero() {
+			s.hist.submitToBind.Observe(s.since(r.task.Created).Seconds())
+		}
+		s.deps.Recorder.Scheduled(&r.task, r.node)
+	}
+}
+
+// parallel calls f for every item with at most n calls at once, and
+// returns when all have.
+func parallel[T any](items []T, n int, f func(T)) {
+	if len(items) == 0 {
+		return
+	}
+	next := make(chan T)
+	var wg sync.WaitGroup
+	for i := 0; i < min(n, len(items)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range next {
+				f(it)
+			}
+		}()
+	}
+	for _, it := range items {
+		next <- it
+	}
+	close(next)
+	wg.Wait()
+}
