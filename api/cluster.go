@@ -124,6 +124,12 @@ type Job struct {
 	// MinTaskMember is, per task (TaskSpec), how many of its pods must run
 	// for the job to run: a gang within the gang. Never mutated once set.
 	MinTaskMember map[string]int32
+	// PriorityClass is the PodGroup's priorityClassName. When it is set,
+	// Priority is that class's value (the cluster's global default
+	// class's, or 0, when no such class exists); when it is empty the job
+	// takes the priority of its highest member pod (the scheduler reads it
+	// from the cache), as a plain workload's pods carry theirs.
+	PriorityClass string
 	Priority      int32
 	Phase         JobPhase
 	Created       time.Time

@@ -17,6 +17,10 @@ type JobSummary struct {
 	// "Job identity" in the package doc). They are in none of the figures
 	// above; the releasing ones are still booked on their nodes.
 	Predecessors int
+	// Priority is the highest priority of the job's pending and bound
+	// members (0 without any): a job whose PodGroup names no
+	// PriorityClass is ordered by it.
+	Priority int32
 }
 
 // JobSummary returns the summary of the job now known as namespace/job
@@ -45,12 +49,21 @@ func (c *Cache) JobSummary(namespace, job string) JobSummary {
 		case t.NodeName != "":
 			s.Bound++
 			addRequest(&s.Allocated, t.Request)
+			s.notePriority(t.Priority)
 		default:
 			s.Pending++
+			s.notePriority(t.Priority)
 		}
 	}
 	g.summary.Store(&groupSummary{gen: g.gen, sum: s.clone()})
 	return s
+}
+
+// notePriority raises s.Priority to p; the first live member sets it.
+func (s *JobSummary) notePriority(p int32) {
+	if s.Pending+s.Bound == 1 || p > s.Priority {
+		s.Priority = p
+	}
 }
 
 // clone copies s so callers never share the memo's scalar map.

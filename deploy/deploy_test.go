@@ -753,6 +753,7 @@ func TestApplyGrantsExactlyWhatShardsUse(t *testing.T) {
 		{"watch", "queues.scheduling.volcano.sh", ""}, {"create", "queues.scheduling.volcano.sh", ""}, {"delete", "queues.scheduling.volcano.sh", ""},
 		{"patch", "queues.scheduling.volcano.sh", "status"}, {"patch", "queues.scheduling.volcano.sh", ""},
 		{"list", "podgroups.scheduling.volcano.sh", ""}, {"patch", "podgroups.scheduling.volcano.sh", ""}, {"delete", "podgroups.scheduling.volcano.sh", ""},
+		{"list", "priorityclasses.scheduling.k8s.io", ""}, {"watch", "priorityclasses.scheduling.k8s.io", ""},
 	}
 	denied := []q{
 		{"create", "pods", ""}, {"update", "pods", ""}, {"patch", "pods", ""}, {"delete", "pods", ""}, {"update", "pods", "status"},
@@ -761,7 +762,7 @@ func TestApplyGrantsExactlyWhatShardsUse(t *testing.T) {
 		{"update", "queues.scheduling.volcano.sh", ""}, {"update", "queues.scheduling.volcano.sh", "status"},
 		{"update", "podgroups.scheduling.volcano.sh", ""}, {"deletecollection", "podgroups.scheduling.volcano.sh", ""},
 		{"create", "customresourcedefinitions.apiextensions.k8s.io", ""}, {"create", "clusterroles.rbac.authorization.k8s.io", ""},
-		{"impersonate", "serviceaccounts", ""},
+		{"impersonate", "serviceaccounts", ""}, {"create", "priorityclasses.scheduling.k8s.io", ""},
 	}
 	// The authorizer sees the new binding through an informer: wait for it.
 	deadline := time.Now().Add(30 * time.Second)

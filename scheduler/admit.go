@@ -40,8 +40,8 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	for _, q := range queues {
 		js := byQueue[q]
 		sort.SliceStable(js, func(a, b int) bool {
-			if js[a].Priority != js[b].Priority {
-				return js[a].Priority > js[b].Priority
+			if pa, pb := s.priority(js[a]), s.priority(js[b]); pa != pb {
+				return pa > pb
 			}
 			return js[a].Created.Before(js[b].Created)
 		})

@@ -30,7 +30,9 @@ import (
 //	                                                       declare or change a queue (capability in CPUs; closed: Volcano's state Closed)
 //	node name=N cpu=C                                      a node with C CPUs
 //	job name=J [queue=Q] [min=M] [tasks=T] [cpu=C] [minres=MILLICPU] [implicit] [mintask=S:N,...] [spec=S]
-//	                                                       a PodGroup and T pending tasks of C CPUs (of task spec S)
+//	    [class=NAME:VALUE] [prio=P]                        a PodGroup and T pending tasks of C CPUs (of task spec S);
+//	                                                       class: its priorityClassName and the value the edge resolved;
+//	                                                       prio: the tasks' priority (pod spec.priority)
 //	tasks job=J n=N [cpu=C] [spec=S]                       N more pending tasks (a Job controller's next pods)
 //	edit job=J [min=M] [minres=MILLICPU]                   the PodGroup's spec changes in place
 //	finish job=J n=N                                       N bound tasks succeed
@@ -180,6 +182,14 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 			r := api.NewResource(m, 0, nil)
 			j.MinResources = &r
 		}
+		if c := argStr(d, "class", ""); c != "" {
+			k, v, _ := strings.Cut(c, ":")
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("%s: class %q: %v", d.Pos, c, err)
+			}
+			j.PriorityClass, j.Priority = k, int32(n)
+		}
 		if mt := argStr(d, "mintask", ""); mt != "" {
 			j.MinTaskMember = map[string]int32{}
 			for _, kv := range strings.Split(mt, ",") {
@@ -193,7 +203,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		w.jobs[name] = &wJob{job: j}
 		w.r.c.AddOrUpdateJob(j)
-		w.addTasks(name, int(argInt(t, d, "tasks", 1)), argInt(t, d, "cpu", 1), argStr(d, "spec", ""))
+		w.addTasks(name, int(argInt(t, d, "tasks", 1)), argInt(t, d, "cpu", 1), argStr(d, "spec", ""), int32(argInt(t, d, "prio", 0)))
 		return w.check()
 	case "edit":
 		// The PodGroup's spec changes in place (a new version).
@@ -216,7 +226,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		if w.jobs[name] == nil {
 			return "no job " + name
 		}
-		w.addTasks(name, int(argInt(t, d, "n", 1)), argInt(t, d, "cpu", 1), argStr(d, "spec", ""))
+		w.addTasks(name, int(argInt(t, d, "n", 1)), argInt(t, d, "cpu", 1), argStr(d, "spec", ""), int32(argInt(t, d, "prio", 0)))
 		return w.check()
 	case "finish":
 		name := argStr(d, "job", "")
@@ -294,14 +304,14 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	return ""
 }
 
-func (w *world) addTasks(job string, n int, cpu int64, spec string) {
+func (w *world) addTasks(job string, n int, cpu int64, spec string, prio int32) {
 	wj := w.jobs[job]
 	for i := 0; i < n; i++ {
 		k := len(wj.tasks)
 		tk := &api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", job, k), UID: fmt.Sprintf("%s-t%d", wj.job.UID, k), Job: job,
 			Implicit: wj.job.Implicit, Queue: wj.job.Queue, TaskSpec: spec,
 			Request: api.NewResource(cpu*1000, 0, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano",
-			Created: w.r.clock()}
+			Created: w.r.clock(), Priority: prio}
 		w.tasks[tk.UID] = tk
 		wj.tasks = append(wj.tasks, tk.UID)
 		w.r.c.AddOrUpdateTask(*tk)

@@ -40,7 +40,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	// before younger jobs take the room.
 	jobs = slices.Clone(jobs)
 	slices.SortStableFunc(jobs, func(a, b *api.Job) int {
-		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created))
+		return cmp.Or(cmp.Compare(s.priority(b), s.priority(a)), a.Created.Compare(b.Created))
 	})
 	placedJobs, mine := map[string]bool{}, map[string]bool{}
 	defer func() { s.endHold(placedJobs, mine, live) }()

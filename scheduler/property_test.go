@@ -119,7 +119,7 @@ func TestQuotaCheckFailsWhenABindSkipsItsReservation(t *testing.T) {
 	w.r.node("n1", 16)
 	w.jobs["d"] = &wJob{job: api.Job{Namespace: "ns", Name: "d", UID: "d-uid", Queue: "q", MinMember: 1}}
 	w.r.c.AddOrUpdateJob(w.jobs["d"].job)
-	w.addTasks("d", 4, 1, "")
+	w.addTasks("d", 4, 1, "", 0)
 	// Reserve only one task, then bind all four behind the scheduler's back.
 	if _, err := w.r.quota.Reserve(context.Background(), coordinator.JobRef{Namespace: "ns", Name: "d", UID: "d-uid"}, "q", api.NewResource(1000, 0, nil)); err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func (w *world) randomJob(rng *rand.Rand, queue string) string {
 	w.serial++
 	w.jobs[name] = &wJob{job: j}
 	w.r.c.AddOrUpdateJob(j)
-	w.addTasks(name, tasks, cpu, "")
+	w.addTasks(name, tasks, cpu, "", 0)
 	return fmt.Sprintf("job %s kind %d queue %s tasks %d min %d cpu %d", name, kind, queue, tasks, min, cpu)
 }
 
@@ -273,6 +273,6 @@ func (w *world) moreTasksRandom(rng *rand.Rand) string {
 		return "tasks none"
 	}
 	n := names[rng.IntN(len(names))]
-	w.addTasks(n, 1+rng.IntN(2), 1, "")
+	w.addTasks(n, 1+rng.IntN(2), 1, "", 0)
 	return "more tasks " + n
 }

@@ -428,6 +428,16 @@ func (s *Scheduler) summary(j *api.Job) cache.JobSummary {
 	return sum
 }
 
+// priority is the job's priority: its PodGroup's PriorityClass's value when
+// it names one, else its highest live member's (cache.JobSummary.Priority).
+// Loop goroutine only.
+func (s *Scheduler) priority(j *api.Job) int32 {
+	if j.PriorityClass != "" {
+		return j.Priority
+	}
+	return s.summary(j).Priority
+}
+
 // jobTasks returns the job's pending tasks for this scheduler (from the
 // cycle's snapshot), sorted by priority then creation, and the counts of
 // bound (including assumed) and finished tasks (from the cache, which

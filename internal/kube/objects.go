@@ -158,6 +158,7 @@ func JobFromPodGroup(pg *schedv1beta1.PodGroup) (api.Job, error) {
 	j := api.Job{
 		Namespace: pg.Namespace, Name: pg.Name, UID: string(pg.UID),
 		Queue: pg.Spec.Queue, MinMember: pg.Spec.MinMember,
+		PriorityClass:   pg.Spec.PriorityClassName,
 		Phase:           api.JobPhase(pg.Status.Phase),
 		Created:         pg.CreationTimestamp.Time,
 		Implicit:        pg.Labels[ImplicitGroupLabel] == "true",

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	schedlisters "k8s.io/client-go/listers/scheduling/v1"
 	"k8s.io/client-go/tools/cache"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
@@ -47,13 +49,19 @@ type OnQueues func(specs []api.QueueSpec, bad map[string]error)
 // and reports the queue specs when they change. It is the event-source port
 // of the scheduling core, implemented with client-go.
 type Source struct {
-	log        *slog.Logger
-	sink       Sink
-	onQueues   OnQueues
-	core       informers.SharedInformerFactory
-	vol        vinformers.SharedInformerFactory
-	queueLst   vlisters.QueueLister
-	queueSync  cache.InformerSynced
+	log       *slog.Logger
+	sink      Sink
+	onQueues  OnQueues
+	core      informers.SharedInformerFactory
+	vol       vinformers.SharedInformerFactory
+	queueLst  vlisters.QueueLister
+	queueSync cache.InformerSynced
+	pgLst     vlisters.PodGroupLister
+	classLst  schedlisters.PriorityClassLister
+	// pgMu serializes PodGroup conversions, so that a PriorityClass event
+	// re-converting a PodGroup from the lister cannot hand the sink an
+	// older version after the PodGroup's own handler handed a newer one.
+	pgMu       sync.Mutex
 	badObjects sync.Map // "kind/ns/name" → error text, for operators
 
 	queueMu sync.Mutex // serializes queues() and onQueues; guards the fields below
@@ -99,6 +107,16 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 			}
 		},
 	})
+	// PriorityClasses resolve a PodGroup's priorityClassName; a class that
+	// appears, changes or goes re-converts the PodGroups it concerns.
+	pci := s.core.Scheduling().V1().PriorityClasses()
+	s.classLst = pci.Lister()
+	pci.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.priorityClass(o) },
+		UpdateFunc: func(_, o any) { s.priorityClass(o) },
+		DeleteFunc: func(o any) { s.priorityClass(o) },
+	})
+	s.pgLst = s.vol.Scheduling().V1beta1().PodGroups().Lister()
 	s.vol.Scheduling().V1beta1().PodGroups().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.podGroup(o) },
 		UpdateFunc: func(_, o any) { s.podGroup(o) },
@@ -236,13 +254,73 @@ func (s *Source) podGroup(o any) {
 	if !ok {
 		return
 	}
+	s.pgMu.Lock()
+	defer s.pgMu.Unlock()
+	s.convertPodGroup(pg)
+}
+
+// convertPodGroup hands pg to the sink. s.pgMu is held.
+func (s *Source) convertPodGroup(pg *schedv1beta1.PodGroup) {
 	j, err := JobFromPodGroup(pg)
 	if err != nil {
 		s.bad("podgroup", pg.Namespace+"/"+pg.Name, err)
 		return
 	}
+	j.Priority = s.classValue(j.PriorityClass)
 	s.badObjects.Delete("podgroup/" + pg.Namespace + "/" + pg.Name)
 	s.sink.AddOrUpdateJob(j)
+}
+
+// classValue is the value of the named PriorityClass; for a name with no
+// class (or none given), the global default class's value, else 0, as the
+// API server's Priority admission resolves a pod's.
+func (s *Source) classValue(name string) int32 {
+	if name == "" {
+		return 0
+	}
+	if pc, err := s.classLst.Get(name); err == nil {
+		return pc.Value
+	}
+	classes, _ := s.classLst.List(labels.Everything())
+	var def int32
+	for _, pc := range classes {
+		if pc.GlobalDefault {
+			def = pc.Value
+		}
+	}
+	return def
+}
+
+// priorityClass re-converts the PodGroups whose priority a class event may
+// change: those naming it, and, when it is (or was) the global default,
+// those naming a class that does not exist. Cost: O(PodGroups) per
+// PriorityClass event, which are rare.
+func (s *Source) priorityClass(o any) {
+	pc, ok := unwrap(o).(*schedv1.PriorityClass)
+	if !ok {
+		return
+	}
+	pgs, err := s.pgLst.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, pg := range pgs {
+		name := pg.Spec.PriorityClassName
+		if name == "" {
+			continue
+		}
+		if name != pc.Name {
+			if _, err := s.classLst.Get(name); err == nil {
+				continue // its own class decides; the default does not matter
+			}
+		}
+		s.pgMu.Lock()
+		// The newest version, read under the lock (see pgMu).
+		if cur, err := s.pgLst.PodGroups(pg.Namespace).Get(pg.Name); err == nil && cur.UID == pg.UID {
+			s.convertPodGroup(cur)
+		}
+		s.pgMu.Unlock()
+	}
 }
 
 // queues converts every Queue and calls onQueues when the result differs
