@@ -6,15 +6,18 @@
 #     the benchmark compares against it, tests do not need it)
 #   $CACHE/etcd-v3.6.16/etcd
 #   $CACHE/kwok-v0.8.0/{kwok,stages/*.yaml}
+#   $CACHE/training-operator-v1.8.1/{training-operator.v1,crds/*.yaml}
+#     (Kubeflow's operator, run by the compatibility tests and `make run`)
 # where CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/shardsched.
 # Prints the bin directory (the layout testenv expects) on the last line.
-# Usage: hack/controlplane.sh [all|k8s|etcd|kwok|kube-scheduler]
+# Usage: hack/controlplane.sh [all|k8s|etcd|kwok|training-operator|kube-scheduler]
 set -euo pipefail
 
 K8S_VERSION=v1.36.3
 K8S_STAGING_VERSION=v0.36.3
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
+TRAINING_OPERATOR_VERSION=v1.8.1
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/shardsched"
 # One set of build flags everywhere: -trimpath changes Go's cache keys.
 BUILD_FLAGS=(-trimpath)
@@ -153,13 +156,31 @@ build_kwok() {
   rm -rf "$out/stages" && mv "$out/stages.tmp" "$out/stages"
 }
 
+build_training_operator() {
+  local out="$CACHE/training-operator-$TRAINING_OPERATOR_VERSION"
+  [[ -x "$out/training-operator.v1" && -d "$out/crds" ]] && return
+  log "building Kubeflow training-operator $TRAINING_OPERATOR_VERSION"
+  mkdir -p "$out"
+  local mod=github.com/kubeflow/training-operator
+  # Its go.mod has no replace directives, so go install builds it as
+  # released, with the dependency versions it was released with.
+  run_with_progress training-operator env GOBIN="$out" go install "${BUILD_FLAGS[@]}" -ldflags "-s -w" "$mod/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION"
+  local dir
+  dir=$(go mod download -json "$mod@$TRAINING_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  mkdir -p "$out/crds.tmp"
+  cp "$dir"/manifests/base/crds/kubeflow.org_*.yaml "$out/crds.tmp/"
+  chmod -R u+w "$out/crds.tmp"
+  rm -rf "$out/crds" && mv "$out/crds.tmp" "$out/crds"
+}
+
 what=${1:-all}
 case "$what" in
-  all) build_etcd; build_kwok; build_k8s ;;
+  all) build_etcd; build_kwok; build_training_operator; build_k8s ;;
   k8s) build_k8s ;;
   etcd) build_etcd ;;
   kwok) build_kwok ;;
+  training-operator) build_training_operator ;;
   kube-scheduler) build_kube_scheduler ;;
-  *) echo "usage: $0 [all|k8s|etcd|kwok|kube-scheduler]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|k8s|etcd|kwok|training-operator|kube-scheduler]" >&2; exit 2 ;;
 esac
 echo "$CACHE"

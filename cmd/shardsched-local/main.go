@@ -3,7 +3,8 @@
 // plane (etcd 3.6, kube-apiserver, kube-controller-manager with the workload
 // controllers, kwok) with the Volcano-compatible CRDs and fake nodes, and
 // several shard processes (bin/shardsched) gossiping on loopback. It creates
-// a sample three-level queue hierarchy and a demo workload, prints the
+// a sample three-level queue hierarchy and a demo workload (gangs, single
+// pods, and a PyTorchJob run by Kubeflow's training-operator), prints the
 // kubeconfig, and shows a live summary until interrupted; Ctrl-C stops every
 // process and removes the state directory unless -keep-state is given.
 package main
@@ -196,6 +197,11 @@ func run(o options) error {
 		if err := demoWorkload(ctx, cs, vc, o.schedulerName); err != nil {
 			return err
 		}
+		op, err := demoPyTorchJob(ctx, cp, o.schedulerName)
+		if err != nil {
+			return err
+		}
+		defer op.Stop()
 	}
 	fmt.Printf("\nready in %.1fs: %d kwok nodes (%s CPU, %s each), %d shards\n", time.Since(start).Seconds(), o.nodes, o.nodeCPU, o.nodeMemory, o.shards)
 	fmt.Printf("kubeconfig: %s\n", cp.Kubeconfig)

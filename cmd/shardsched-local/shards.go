@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
@@ -194,4 +195,39 @@ func demoWorkload(ctx context.Context, cs kubernetes.Interface, vc volcano.Inter
 		}
 	}
 	return nil
+}
+
+// demoPyTorchJob runs Kubeflow's training-operator (Volcano gang scheduler)
+// on the demo namespace and submits a PyTorchJob to research-nlp: the
+// operator creates its pods once the shards have its PodGroup Inqueue.
+func demoPyTorchJob(ctx context.Context, cp *cluster.ControlPlane, schedulerName string) (*cluster.TrainingOperator, error) {
+	bins, err := cluster.FindTrainingOperator()
+	if err != nil {
+		return nil, err
+	}
+	crds, err := bins.CRDManifests("pytorchjobs")
+	if err != nil {
+		return nil, err
+	}
+	rc := cp.RESTConfig()
+	if err := cluster.InstallCRDs(ctx, rc, crds, time.Minute); err != nil {
+		return nil, err
+	}
+	op, err := cluster.StartTrainingOperator(ctx, rc, cluster.TrainingOperatorConfig{
+		Kubeconfig: cp.Kubeconfig, Dir: cp.Dir, Namespace: "demo", Schemes: []string{"pytorchjob"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err == nil {
+		_, err = dyn.Resource(cluster.PyTorchJobs).Namespace("demo").Create(ctx,
+			cluster.PyTorchJob("demo", "mnist", "research-nlp", schedulerName, 3, "8"), metav1.CreateOptions{})
+	}
+	if err != nil {
+		op.Stop()
+		return nil, fmt.Errorf("demo PyTorchJob: %w", err)
+	}
+	fmt.Printf("training-operator %s: PyTorchJob demo/mnist (1 master + 3 workers) in queue research-nlp\n", cluster.TrainingOperatorVersion)
+	return op, nil
 }

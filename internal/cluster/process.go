@@ -22,6 +22,12 @@ type process struct {
 }
 
 func startProcess(name, dir, bin string, args ...string) (*process, error) {
+	return startProcessEnv(name, dir, bin, nil, args...)
+}
+
+// startProcessEnv is startProcess with env added to this process's
+// environment.
+func startProcessEnv(name, dir, bin string, env []string, args ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -31,6 +37,9 @@ func startProcess(name, dir, bin string, args ...string) (*process, error) {
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()

@@ -177,3 +177,115 @@ func TestPerTaskGangLikeAPyTorchJob(t *testing.T) {
 		return m && w == 2, fmt.Sprintf("master bound %v, %d workers bound", m, w)
 	})
 }
+
+// editPodGroup changes a PodGroup's spec in place; the shards write its
+// status meanwhile, so a conflict is read again and retried.
+func (ev *env) editPodGroup(name string, change func(*schedv1beta1.PodGroupSpec)) {
+	ev.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(&pg.Spec)
+		_, err = ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Update(context.Background(), pg, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		ev.t.Fatal(err)
+	}
+}
+
+// The shapes Spark's and KubeRay's operators give their PodGroups, on the
+// real API server, in one queue of 10 CPU.
+//
+// Spark: minMember 1 and minResources = driver + 4 executors (5 CPU); the
+// driver is created first, the executors once it runs. The reservation is
+// made for minResources, so while only the driver is bound a rival job
+// needing 6 CPU cannot take the executors' share; the executors then bind.
+//
+// Ray: an autoscaled cluster raises minMember and minResources in place
+// (2 → 4 pods of 1 CPU): its new pods bind; raised to 8, beyond what the
+// queue has left, the new pods wait and what runs keeps running; lowered
+// to 2, it takes only what the queue has left (1 CPU: one more pod).
+//
+// The queue's 10 CPU is checked at every pod event throughout.
+func TestSparkAndRayShapedPodGroups(t *testing.T) {
+	ev := newEnv(t)
+	ctx := context.Background()
+	ev.nodes("shape-node", 2, "16", "64Gi")
+	ev.lcQueue("shape-q", "root", "10")
+	usage := ev.lcWatchUsage()
+	defer usage.check(t, 10000)
+	bound := func(prefix string, n int) func() (bool, string) {
+		return func() (bool, string) {
+			c := ev.boundCount(prefix, n)
+			return c == n, fmt.Sprintf("%d of %d %s pods bound", c, n, prefix)
+		}
+	}
+	reason := func(name string) string {
+		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		for _, c := range pg.Status.Conditions {
+			if c.Type == schedv1beta1.PodGroupUnschedulableType && c.Status == corev1.ConditionTrue {
+				return c.Reason + ": " + c.Message
+			}
+		}
+		return ""
+	}
+
+	// Spark.
+	ev.lcPodGroup("spark", "shape-q", 1, "5")
+	ev.pod("spark-driver-0", "spark", "1", "1Gi", nil)
+	ev.lcEventually("the Spark driver is bound", 30*time.Second, bound("spark-driver", 1))
+	ev.lcPodGroup("rival", "shape-q", 1, "6")
+	ev.lcEventually("a rival needing 6 CPU waits for the executors' share, saying why", 30*time.Second, func() (bool, string) {
+		r := reason("rival")
+		return strings.Contains(r, "shape-q"), "rival: " + r
+	})
+	for i := 0; i < 4; i++ {
+		ev.pod(fmt.Sprintf("spark-exec-%d", i), "spark", "1", "1Gi", nil)
+	}
+	ev.lcEventually("the 4 executors are bound within the Spark reservation", 30*time.Second, bound("spark-exec", 4))
+	if err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Delete(ctx, "rival", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Ray.
+	ev.lcPodGroup("ray", "shape-q", 2, "2")
+	for i := 0; i < 2; i++ {
+		ev.pod(fmt.Sprintf("ray-%d", i), "ray", "1", "1Gi", nil)
+	}
+	ev.lcEventually("the Ray head and first worker are bound", 30*time.Second, bound("ray", 2))
+	grow := func(min int32, cpu string) {
+		ev.editPodGroup("ray", func(s *schedv1beta1.PodGroupSpec) {
+			s.MinMember = min
+			rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+			s.MinResources = &rl
+		})
+	}
+	grow(4, "4")
+	for i := 2; i < 4; i++ {
+		ev.pod(fmt.Sprintf("ray-%d", i), "ray", "1", "1Gi", nil)
+	}
+	ev.lcEventually("raised to 4 in place: 4 Ray pods bound", 30*time.Second, bound("ray", 4))
+	grow(8, "8")
+	for i := 4; i < 8; i++ {
+		ev.pod(fmt.Sprintf("ray-%d", i), "ray", "1", "1Gi", nil)
+	}
+	ev.lcHold("raised to 8 with 1 CPU left: no new Ray pod bound, none of the 4 lost", 3*time.Second, func() (bool, string) {
+		c := ev.boundCount("ray", 8)
+		return c == 4, fmt.Sprintf("%d Ray pods bound", c)
+	})
+	grow(2, "2")
+	ev.lcEventually("lowered to 2: one more Ray pod takes the last CPU", 30*time.Second, func() (bool, string) {
+		c := ev.boundCount("ray", 8)
+		return c == 5, fmt.Sprintf("%d Ray pods bound", c)
+	})
+	ev.lcHold("and no more", 2*time.Second, func() (bool, string) {
+		c := ev.boundCount("ray", 8)
+		return c == 5, fmt.Sprintf("%d Ray pods bound", c)
+	})
+}
