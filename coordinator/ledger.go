@@ -155,14 +155,26 @@ func (l *Ledger) ValidateReserve(req ReserveRequest) error {
 // at every level at once; on failure nothing changes and the error is a
 // *QuotaError naming the first level short. A request for a UID that already
 // holds a reservation returns that reservation (existed = true) whatever the
-// request says, except that a tentative reservation held under another
-// shard session's lease is moved to the asker's lease (a queue that changed
-// owner: the new owner must hold what it places on, or the reservation
-// would vanish with the previous owner's lease while its job runs); a bad
-// request returns an error wrapping ErrInvalid.
+// amount asked, except that:
+//   - a request naming another queue moves the reservation there, amount
+//     unchanged, if it fits on every level of the new path that the old
+//     one does not share (the job's PodGroup was moved to another queue);
+//     otherwise nothing changes and the error is the *QuotaError of the
+//     first level short, or ErrInvalid for an unknown queue;
+//   - a tentative reservation held under another shard session's lease is
+//     moved to the asker's lease (a queue that changed owner: the new owner
+//     must hold what it places on, or the reservation would vanish with the
+//     previous owner's lease while its job runs).
+//
+// A bad request returns an error wrapping ErrInvalid.
 func (l *Ledger) Reserve(req ReserveRequest) (res Reservation, existed bool, err error) {
 	if req.Job.UID != "" {
 		if r, ok := l.res[req.Job.UID]; ok {
+			if req.Queue != "" && req.Queue != r.Queue {
+				if err := l.move(r, req.Queue); err != nil {
+					return Reservation{}, true, err
+				}
+			}
 			if r.State == Tentative && req.Lease != 0 && r.Lease != req.Lease {
 				r.Lease, r.Shard = req.Lease, req.Shard
 			}
@@ -202,6 +214,39 @@ func (l *Ledger) Reserve(req ReserveRequest) (res Reservation, existed bool, err
 	}
 	l.res[req.Job.UID] = r
 	return r.clone(), false, nil
+}
+
+// move takes r off its path and books it on queue's, if its amount fits on
+// every level of the new path that is not on the old one (a level on both
+// keeps its usage); otherwise nothing changes.
+func (l *Ledger) move(r *Reservation, queue string) error {
+	path, err := l.tree.JobPath(queue)
+	if err != nil {
+		return fmt.Errorf("%w: move of %s to queue %q: %v", ErrInvalid, r.Job, queue, err)
+	}
+	onOld := make(map[string]bool, len(r.Path))
+	for _, q := range r.Path {
+		onOld[q] = true
+	}
+	for _, q := range path {
+		if onOld[q] {
+			continue
+		}
+		u, err := l.usage[q].Add(r.Amount)
+		if err != nil {
+			return fmt.Errorf("%w: queue %q: %v", ErrInvalid, q, err)
+		}
+		spec, _ := l.tree.Get(q)
+		if dim, over, bad := spec.Capability.Excess(u); bad {
+			capv, _ := spec.Capability.Get(dim)
+			return &QuotaError{Queue: q, Resource: dim, Reserved: l.usage[q].Get(dim), Asked: r.Amount.Get(dim),
+				Capability: capv, Short: over}
+		}
+	}
+	l.unbook(r)
+	r.Queue, r.Path = queue, path
+	l.book(r)
+	return nil
 }
 
 // Confirm makes a tentative reservation durable. Confirming a confirmed

@@ -301,12 +301,14 @@ func TestLedgerIdempotentByUID(t *testing.T) {
 		t.Fatalf("first reservation %+v, want tentative on lease 42 of s1", first)
 	}
 	before := lgSnap(l)
-	// A retry, even one that says something else, returns the reservation
-	// that exists and counts nothing twice.
+	// A retry, even one that asks another amount, returns the reservation
+	// that exists and counts nothing twice (another queue is a move:
+	// TestLedgerReserveMovesToAnotherQueue).
 	for _, retry := range []ReserveRequest{
 		req,
-		{Job: JobRef{Namespace: "other", Name: "renamed", UID: "u1"}, Queue: "team-b", Amount: res(3500, 9*gi), Lease: 42},
-		{Job: JobRef{UID: "u1"}, Queue: "no-such-queue", Amount: res(-1, 0)},
+		{Job: JobRef{Namespace: "other", Name: "renamed", UID: "u1"}, Queue: "team-a", Amount: res(3500, 9*gi), Lease: 42},
+		{Job: JobRef{UID: "u1"}, Queue: "team-a", Amount: res(-1, 0)},
+		{Job: JobRef{UID: "u1"}, Amount: res(1, 0)},
 	} {
 		got, existed, err := l.Reserve(retry)
 		if err != nil || !existed {
@@ -319,7 +321,7 @@ func TestLedgerIdempotentByUID(t *testing.T) {
 	}
 	// A retry from another shard session (the queue changed owner) gets
 	// the same reservation, moved to its lease; nothing else changes.
-	moved, existed, err := l.Reserve(ReserveRequest{Job: JobRef{UID: "u1"}, Queue: "team-b", Amount: res(1, 0), Lease: 7, Shard: "s2"})
+	moved, existed, err := l.Reserve(ReserveRequest{Job: JobRef{UID: "u1"}, Queue: "team-a", Amount: res(1, 0), Lease: 7, Shard: "s2"})
 	if err != nil || !existed || moved.Lease != 7 || moved.Shard != "s2" || !moved.Amount.Equal(first.Amount) || moved.Queue != "team-a" {
 		t.Fatalf("re-reserve from another lease: %+v existed=%v err=%v; want the same reservation on lease 7 of s2", moved, existed, err)
 	}
@@ -488,4 +490,69 @@ func TestLedgerRestoreAndRecomputeOnMove(t *testing.T) {
 	if qe := lgQuota(t, err); qe.Queue != "org-a" || qe.Short != 501 {
 		t.Fatalf("refusal %+v, want org-a short by 501m", qe)
 	}
+}
+
+// A PodGroup moved to another queue: a reserve naming the new queue moves
+// the reservation, amount unchanged, if it fits on every level of the new
+// path the old one does not share; a level on both paths keeps its usage
+// (even over a capability lowered below it). Refused or invalid, nothing
+// changes.
+func TestLedgerReserveMovesToAnotherQueue(t *testing.T) {
+	l := lgLedger(t, []api.QueueSpec{
+		{Name: "org", Capability: lgLimit(t, map[string]int64{api.CPU: 6000})},
+		{Name: "team-a", Parent: "org"},
+		{Name: "team-b", Parent: "org", Capability: lgLimit(t, map[string]int64{api.CPU: 3000})},
+		{Name: "lab", Capability: lgLimit(t, map[string]int64{api.CPU: 2000})},
+	})
+	if _, _, err := l.Reserve(lgReq("u1", "team-a", res(3000, gi))); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Reserve(lgReq("u2", "team-a", res(3000, gi))); err != nil {
+		t.Fatal(err)
+	}
+	// org is full (6 of 6), but a move within org does not change its use.
+	r, existed, err := l.Reserve(lgReq("u1", "team-b", res(1, 0)))
+	if err != nil || !existed || r.Queue != "team-b" || !r.Amount.Equal(res(3000, gi)) {
+		t.Fatalf("move within org: %+v existed=%v err=%v", r, existed, err)
+	}
+	if want := []string{"team-b", "org", api.RootQueue}; !reflect.DeepEqual(r.Path, want) {
+		t.Fatalf("moved path %v, want %v", r.Path, want)
+	}
+	lgUsage(t, l, "team-a", res(3000, gi))
+	lgUsage(t, l, "team-b", res(3000, gi))
+	lgUsage(t, l, "org", res(6000, 2*gi))
+	lgUsage(t, l, api.RootQueue, res(6000, 2*gi))
+	// team-b is full now: u2 cannot follow; lab caps 2 CPU: u2 cannot go
+	// there either; an unknown queue is invalid. Nothing changes.
+	before := lgSnap(l)
+	_, _, err = l.Reserve(lgReq("u2", "team-b", res(3000, gi)))
+	if qe := lgQuota(t, err); qe.Queue != "team-b" || qe.Short != 3000 {
+		t.Fatalf("refusal %+v, want team-b short by 3000m", qe)
+	}
+	_, _, err = l.Reserve(lgReq("u2", "lab", res(3000, gi)))
+	if qe := lgQuota(t, err); qe.Queue != "lab" || qe.Short != 1000 {
+		t.Fatalf("refusal %+v, want lab short by 1000m", qe)
+	}
+	if _, _, err := l.Reserve(lgReq("u2", "no-such-queue", res(3000, gi))); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("move to an unknown queue: %v, want ErrInvalid", err)
+	}
+	lgSame(t, "refused moves", before, l)
+	// Out of org into lab once u2 is small enough to fit: org and team-a
+	// are freed, lab and root (on both paths) keep the sum.
+	if _, _, _, err := l.Resize(ResizeRequest{UID: "u2", Targets: []api.Resource{res(2000, gi)}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := l.Reserve(lgReq("u2", "lab", res(1, 0))); err != nil || r.Queue != "lab" {
+		t.Fatalf("move to lab: %+v %v", r, err)
+	}
+	lgUsage(t, l, "team-a", api.Resource{})
+	lgUsage(t, l, "org", res(3000, gi))
+	lgUsage(t, l, "lab", res(2000, gi))
+	lgUsage(t, l, api.RootQueue, res(5000, 2*gi))
+	// Released from where it went.
+	if _, found := l.Release("u2"); !found {
+		t.Fatal("u2 not found")
+	}
+	lgUsage(t, l, "lab", api.Resource{})
+	lgUsage(t, l, api.RootQueue, res(3000, gi))
 }

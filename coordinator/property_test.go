@@ -85,12 +85,25 @@ func (m *model) usage(q string, dim string) int64 {
 	return sum
 }
 
-// reserve returns (existed, quota refusal).
+// reserve returns (existed, quota refusal). A reservation that exists is
+// moved when another queue is named: its amount must fit on the levels of
+// the new path that the old one does not share.
 func (m *model) reserve(uid, queue string, amount api.Resource) (bool, *QuotaError) {
-	if _, ok := m.res[uid]; ok {
+	r, ok := m.res[uid]
+	if ok && r.queue == queue {
 		return true, nil
 	}
+	skip := map[string]bool{}
+	if ok {
+		amount = r.amount
+		for _, q := range m.path(r.queue) {
+			skip[q] = true
+		}
+	}
 	for _, q := range m.path(queue) {
+		if skip[q] {
+			continue
+		}
 		dims := make([]string, 0, len(m.cap[q]))
 		for d := range m.cap[q] {
 			dims = append(dims, d)
@@ -99,12 +112,13 @@ func (m *model) reserve(uid, queue string, amount api.Resource) (bool, *QuotaErr
 		for _, d := range dims {
 			u := m.usage(q, d)
 			if u+amount.Get(d) > m.cap[q][d] {
-				return false, &QuotaError{Queue: q, Resource: d, Short: u + amount.Get(d) - m.cap[q][d]}
+				return ok, &QuotaError{Queue: q, Resource: d, Short: u + amount.Get(d) - m.cap[q][d]}
 			}
 		}
 	}
-	m.res[uid] = modelRes{queue: queue, amount: amount}
-	return false, nil
+	r.queue, r.amount = queue, amount
+	m.res[uid] = r
+	return ok, nil
 }
 
 // TestPropertyLedgerMatchesSequentialModel runs random Reserve / Confirm /
@@ -230,6 +244,7 @@ func TestPropertyLedgerMatchesSequentialModel(t *testing.T) {
 		terms[rec.seq.Term] = true
 		switch rec.kind {
 		case opReserve:
+			before, had := m.res[rec.uid]
 			existed, qe := m.reserve(rec.uid, rec.queue, rec.amount)
 			switch {
 			case qe != nil:
@@ -242,10 +257,21 @@ func TestPropertyLedgerMatchesSequentialModel(t *testing.T) {
 					t.Fatalf("seq %+v reserve %s on %s %s: model admits (existed=%v), system said ok=%v existed=%v quota=%+v",
 						rec.seq, rec.uid, rec.queue, rec.amount, existed, rec.ok, rec.existed, rec.quota)
 				}
-				// The invariant, on the model's state after the admission:
-				// every level of the path within its capability.
-				if !existed {
+				// The invariant, on the model's state after the admission
+				// or move: every level of the path within its capability
+				// (for a move, every level it was not on before: one it
+				// stays on keeps its usage, even over a lowered capability).
+				if !had || before.queue != rec.queue {
+					kept := map[string]bool{}
+					if had {
+						for _, q := range m.path(before.queue) {
+							kept[q] = true
+						}
+					}
 					for _, q := range m.path(rec.queue) {
+						if kept[q] {
+							continue
+						}
 						for d, c := range m.cap[q] {
 							if u := m.usage(q, d); u > c {
 								t.Fatalf("seq %+v: admission took %s to %s=%d over capability %d", rec.seq, q, d, u, c)

@@ -539,10 +539,11 @@ func (t *term) apply(c *call) (result, []clientv3.Op, error) {
 			return result{err: err}, nil, nil
 		}
 		res := result{Reservation: &r, Existed: existed}
-		if existed && had && before.Lease == r.Lease {
+		if existed && had && before.Lease == r.Lease && before.Queue == r.Queue {
 			return res, nil, nil
 		}
-		// New, or moved to the asker's lease: (re)write it under that lease.
+		// New, moved to another queue or to the asker's lease: (re)write
+		// it under its lease.
 		op, err := t.putReservation(r)
 		if err != nil {
 			if !existed {

@@ -56,7 +56,9 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			s.mu.Lock()
 			rec := s.peek(j.UID)
 			s.mu.Unlock()
-			done, wait := rec.admission != nil, rec.admitWait
+			// Admitted in another queue: the PodGroup was moved here, and
+			// its reservation must move before more of it is placed.
+			done, wait := rec.admission != nil && rec.admission.queue == j.Queue, rec.admitWait
 			waiting := wait != (quotaBackoff{})
 			if done || now.Before(rec.lateUntil) {
 				continue // admitted, or its pods did not come: it holds up nobody
@@ -142,7 +144,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		rec.setCover(&amount)
 		rec.admitWait = quotaBackoff{}
 		s.mu.Unlock()
-		if j.Phase == api.JobPending || j.Phase == api.JobCompleted || j.Phase == "" {
+		if (j.Phase == api.JobPending || j.Phase == api.JobCompleted || j.Phase == "") && r.bound < int(max(j.MinMember, 1)) {
 			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
 		}
 	case errors.As(err, &qe) && qe.Asked > qe.Capability:
@@ -155,6 +157,9 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		s.stats.quotaWaits.Add(1)
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("waiting for quota: %v", qe)
+		if from := s.admittedQueue(j.UID); from != "" && from != j.Queue {
+			msg = fmt.Sprintf("moving from queue %q: its reservation moves when it fits; until then what runs keeps running and nothing more is placed; %v", from, qe)
+		}
 		s.waiting(j, "QueueQuotaExceeded", msg)
 	case errors.Is(err, coordinator.ErrInvalid):
 		s.backOffAdmission(j.UID)

@@ -95,7 +95,9 @@ func (s *Scheduler) handoffOn() bool { return s.deps.Claims != nil && s.deps.Pee
 // roleOf decides who places j, by the rule in doc.go: the shard its claim
 // record names as claimed, else the owner of its queue.
 func (s *Scheduler) roleOf(ctx context.Context, j *api.Job) role {
-	admitted := s.isAdmitted(j.UID)
+	// Admitted in the job's current queue: a job whose PodGroup moved to
+	// another queue is placed again only once its reservation has moved.
+	admitted := s.admittedIn(j.UID, j.Queue)
 	if !s.handoffOn() {
 		switch {
 		case !admitted:
@@ -108,6 +110,12 @@ func (s *Scheduler) roleOf(ctx context.Context, j *api.Job) role {
 	}
 	if c, ok := s.deps.Claims.Lookup(j.UID); ok {
 		if c.State == shard.Claimed && s.deps.Claims.Holds(j.UID) {
+			if c.Queue != j.Queue && !c.Unknown {
+				// Offered from a queue the job has left: the owner of its
+				// new queue places it once its reservation has moved.
+				s.dropClaim(ctx, c, "its PodGroup moved to queue "+j.Queue)
+				return notMine
+			}
 			return asClaimer
 		}
 		if admitted {

@@ -102,6 +102,27 @@ func (s *Scheduler) isAdmitted(uid string) bool {
 	return s.peek(uid).admission != nil
 }
 
+// admittedIn reports whether this shard holds uid's reservation as the
+// owner of queue: false while a job whose PodGroup moved to queue has not
+// had its reservation moved there (admit asks the coordinator to move it;
+// until then nothing more of the job is placed).
+func (s *Scheduler) admittedIn(uid, queue string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.peek(uid).admission
+	return a != nil && a.queue == queue
+}
+
+// admittedQueue is the queue this shard admitted uid in, or "".
+func (s *Scheduler) admittedQueue(uid string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.peek(uid).admission; a != nil {
+		return a.queue
+	}
+	return ""
+}
+
 // dropReservation forgets that this shard holds uid's reservation (released,
 // or found gone), with what came with it.
 func (s *Scheduler) dropReservation(uid string) {

@@ -34,7 +34,7 @@ import (
 //	                                                       class: its priorityClassName and the value the edge resolved;
 //	                                                       prio: the tasks' priority (pod spec.priority)
 //	tasks job=J n=N [cpu=C] [spec=S]                       N more pending tasks (a Job controller's next pods)
-//	edit job=J [min=M] [minres=MILLICPU]                   the PodGroup's spec changes in place
+//	edit job=J [min=M] [minres=MILLICPU] [queue=Q]         the PodGroup's spec changes in place
 //	finish job=J n=N                                       N bound tasks succeed
 //	delete job=J                                           the PodGroup and its tasks are gone
 //	terminate job=J                                        the PodGroup is gone, its bound tasks are releasing
@@ -216,6 +216,9 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 			r := api.NewResource(m, 0, nil)
 			j.MinResources = &r
 		}
+		if q := argStr(d, "queue", ""); q != "" {
+			j.Queue = q
+		}
 		w.serial++
 		j.ResourceVersion = strconv.Itoa(w.serial)
 		wj.job = j
@@ -306,12 +309,18 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 
 func (w *world) addTasks(job string, n int, cpu int64, spec string, prio int32) {
 	wj := w.jobs[job]
+	// Never before its PodGroup (declared jobs are spaced by a millisecond
+	// each): a finished pod older than its PodGroup is a predecessor's.
+	created := w.r.clock()
+	if created.Before(wj.job.Created) {
+		created = wj.job.Created
+	}
 	for i := 0; i < n; i++ {
 		k := len(wj.tasks)
 		tk := &api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", job, k), UID: fmt.Sprintf("%s-t%d", wj.job.UID, k), Job: job,
 			Implicit: wj.job.Implicit, Queue: wj.job.Queue, TaskSpec: spec,
 			Request: api.NewResource(cpu*1000, 0, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano",
-			Created: w.r.clock(), Priority: prio}
+			Created: created, Priority: prio}
 		w.tasks[tk.UID] = tk
 		wj.tasks = append(wj.tasks, tk.UID)
 		w.r.c.AddOrUpdateTask(*tk)
@@ -329,6 +338,9 @@ func (w *world) usage() map[string]api.Resource {
 		}
 		tk := w.tasks[uid]
 		q := tk.Queue
+		if wj := w.jobs[tk.Job]; wj != nil {
+			q = wj.job.Queue // a pod counts in its PodGroup's queue, moved or not
+		}
 		path := []string{q}
 		if tree != nil {
 			if p, err := tree.Path(q); err == nil {
@@ -396,6 +408,9 @@ func (w *world) state() string {
 		reserved := "none"
 		if ok {
 			reserved = fmt.Sprintf("%s (%s)", r.Amount.With(api.Pods, 0), r.State)
+			if r.Queue != wj.job.Queue {
+				reserved += " in queue " + r.Queue
+			}
 		}
 		fmt.Fprintf(&b, "job %s: bound=%d pending=%d done=%d reserved=%s phase=%s\n", n, bound, pending, done, reserved, w.status.phase(wj.job.UID))
 		if len(wj.job.MinTaskMember) > 0 {

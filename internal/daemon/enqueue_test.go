@@ -289,3 +289,61 @@ func TestSparkAndRayShapedPodGroups(t *testing.T) {
 		return c == 5, fmt.Sprintf("%d Ray pods bound", c)
 	})
 }
+
+// A live PodGroup moved to another queue (spec.queue edited): its
+// reservation moves with it, at every level at once, when it fits there;
+// until then it stays where it was, what runs keeps running, and the
+// PodGroup says it is moving and what it waits for.
+func TestPodGroupMovedToAnotherQueue(t *testing.T) {
+	ev := newEnv(t)
+	ctx := context.Background()
+	ev.nodes("move-node", 1, "8", "32Gi")
+	ev.lcQueue("move-a", "root", "4")
+	ev.lcQueue("move-b", "root", "3")
+	ev.lcPodGroup("fill", "move-b", 1, "")
+	ev.pod("fill-0", "fill", "2", "1Gi", nil)
+	pg := ev.lcPodGroup("mover", "move-a", 2, "")
+	for i := 0; i < 2; i++ {
+		ev.pod(fmt.Sprintf("mover-%d", i), "mover", "1", "1Gi", nil)
+	}
+	ev.lcEventually("both jobs bound", 30*time.Second, func() (bool, string) {
+		f, m := ev.boundCount("fill", 1), ev.boundCount("mover", 2)
+		return f == 1 && m == 2, fmt.Sprintf("fill %d, mover %d bound", f, m)
+	})
+	reservedIn := func() string {
+		r, ok, err := lcReservation(ev.d, string(pg.UID))
+		if err != nil || !ok {
+			return fmt.Sprintf("no reservation (%v)", err)
+		}
+		return r.Queue
+	}
+	ev.editPodGroup("mover", func(s *schedv1beta1.PodGroupSpec) { s.Queue = "move-b" })
+	ev.lcEventually("moved into a queue without room: it says so", 30*time.Second, func() (bool, string) {
+		p, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, "mover", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Status == corev1.ConditionTrue && strings.Contains(c.Message, `moving from queue "move-a"`) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", p.Status.Conditions)
+	})
+	if q := reservedIn(); q != "move-a" {
+		t.Fatalf("the reservation of a move that does not fit is in %s, want move-a", q)
+	}
+	if n := ev.boundCount("mover", 2); n != 2 {
+		t.Fatalf("%d of the moving job's pods still bound, want 2", n)
+	}
+	if err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Delete(ctx, "fill", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.cs.CoreV1().Pods(ev.ns).Delete(ctx, "fill-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev.lcEventually("room in move-b: the reservation moves there", 60*time.Second, func() (bool, string) {
+		q := reservedIn()
+		return q == "move-b", "reserved in " + q
+	})
+}
