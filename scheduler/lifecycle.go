@@ -46,6 +46,11 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 			s.syncPhase(j, api.JobCompleted, 0)
 			continue
 		}
+		if !s.admittedIn(j.UID, j.Queue) {
+			// Moved to another queue: its owner writes its phase; this
+			// shard only releases what it holds once the job is done.
+			continue
+		}
 		s.mu.Lock()
 		confirmed := s.peek(j.UID).confirmed
 		s.mu.Unlock()
