@@ -184,6 +184,8 @@ var wantRules = func() []string {
 	add(volcano, []string{"queues"}, []string{"get", "list", "watch", "create", "delete", "patch"})
 	add(volcano, []string{"podgroups"}, []string{"get", "list", "watch", "create", "delete", "patch"})
 	add(volcano, []string{"queues/status", "podgroups/status"}, []string{"patch"})
+	// PodGroups' priorityClassName is resolved to the class's value.
+	add([]string{"scheduling.k8s.io"}, []string{"priorityclasses"}, []string{"get", "list", "watch"})
 	sort.Strings(out)
 	return out
 }()
