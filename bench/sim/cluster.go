@@ -277,7 +277,8 @@ func (c *Cluster) Submit(js JobSpec, schedulerName string) {
 	name := fmt.Sprintf("job-%d", js.Seq)
 	group := name
 	if js.Implicit {
-		// As kube.ImplicitGroupName names it: one group per owner.
+		// One group per owner, as kube.ImplicitGroupName makes (there
+		// named by the owner's UID, which the simulation does not have).
 		owner := "job"
 		if js.kind() == KindDeployment {
 			owner = "replicaset"

@@ -3,13 +3,19 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
@@ -345,5 +351,70 @@ func TestPodGroupMovedToAnotherQueue(t *testing.T) {
 	ev.lcEventually("room in move-b: the reservation moves there", 60*time.Second, func() (bool, string) {
 		q := reservedIn()
 		return q == "move-b", "reserved in " + q
+	})
+}
+
+// Beside Volcano's podgroup controller with the default
+// --implicit-podgroups: a plain pod gets one PodGroup, not two, whoever
+// makes it first. The controller's part is played as it does it: it
+// creates podgroup-<owner UID> (the pod's UID for a bare pod) and writes
+// the name into the pod's group annotation.
+func TestImplicitPodGroupSharedWithVolcanosController(t *testing.T) {
+	ev := newEnv(t)
+	ctx := context.Background()
+	ev.nodes("share-node", 1, "8", "32Gi")
+	ev.lcQueue("share-q", "root", "8")
+	// Every PodGroup ever created in the namespace, even one deleted soon
+	// after.
+	w, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	made := map[string]bool{}
+	go func() {
+		for e := range w.ResultChan() {
+			if pg, ok := e.Object.(*schedv1beta1.PodGroup); ok && e.Type == watch.Added {
+				mu.Lock()
+				made[pg.Name] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	tpl := lcTemplate(nil, "share-q", "1", corev1.RestartPolicyAlways)
+	for _, name := range []string{"plain-a", "plain-b"} {
+		p := &corev1.Pod{ObjectMeta: tpl.ObjectMeta, Spec: tpl.Spec}
+		p.Name, p.Namespace = name, ev.ns
+		created, err := ev.cs.CoreV1().Pods(ev.ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "plain-b" {
+			continue // left to the shards alone
+		}
+		pgName := "podgroup-" + string(created.UID)
+		pg := &schedv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: pgName, Namespace: ev.ns},
+			Spec: schedv1beta1.PodGroupSpec{MinMember: 1, Queue: "share-q"}}
+		if _, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, schedv1beta1.KubeGroupNameAnnotationKey, pgName)
+		if _, err := ev.cs.CoreV1().Pods(ev.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	groups := func() (int, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(made), strings.Join(slices.Sorted(maps.Keys(made)), ",")
+	}
+	ev.lcEventually("both pods bound", 30*time.Second, func() (bool, string) {
+		a, b := ev.nodeOf("plain-a") != "", ev.nodeOf("plain-b") != ""
+		return a && b, fmt.Sprintf("plain-a bound %v, plain-b bound %v", a, b)
+	})
+	ev.lcHold("one PodGroup per pod was ever made", 3*time.Second, func() (bool, string) {
+		n, names := groups()
+		return n == 2, fmt.Sprintf("%d PodGroups: %s", n, names)
 	})
 }

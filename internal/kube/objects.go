@@ -2,7 +2,6 @@ package kube
 
 import (
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -137,20 +136,22 @@ func TaskFromPod(p *corev1.Pod) (api.Task, error) {
 
 // ImplicitGroupName names the implicit PodGroup of a pod that names none:
 // one per owning workload (the controller owner: ReplicaSet, StatefulSet,
-// Job, ...), else one per pod. The name is a valid object name.
+// Job, ...), else one per pod, as Volcano's podgroup controller names it:
+// podgroup-<owner UID>. Where that controller runs too, both name the same
+// object, so whichever creates it first, the pod has one PodGroup.
 func ImplicitGroupName(p *corev1.Pod) string {
-	kind, name := "pod", p.Name
+	uid := p.UID
 	for _, ref := range p.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller {
-			kind, name = strings.ToLower(ref.Kind), ref.Name
+			uid = ref.UID
 			break
 		}
 	}
-	out := "shardsched-" + kind + "-" + name
-	if len(out) > 253 {
-		out = out[:253]
+	if uid == "" {
+		// Not from the API server (every object there has a UID).
+		return "podgroup-pod-" + p.Name
 	}
-	return out
+	return "podgroup-" + string(uid)
 }
 
 // JobFromPodGroup converts a PodGroup; an empty queue means the default queue.
