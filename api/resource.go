@@ -157,11 +157,27 @@ func (r Resource) Validate() error {
 
 // Add returns r + o, or an error naming the dimension that overflows int64.
 func (r Resource) Add(o Resource) (Resource, error) {
+	cpu, ok1 := addExact(r.MilliCPU, o.MilliCPU)
+	mem, ok2 := addExact(r.Memory, o.Memory)
+	out := Resource{MilliCPU: cpu, Memory: mem}
+	ok := ok1 && ok2
+	if ok && len(r.Scalars)+len(o.Scalars) > 0 {
+		out.Scalars, ok = combineScalars(r.Scalars, o.Scalars, addExact)
+	}
+	if !ok {
+		return r.addByDim(o) // the error, named as the first dimension in order
+	}
+	return out, nil
+}
+
+// addByDim is Add dimension by dimension in Dims order (cpu, memory, then
+// scalars sorted): the error names the first that overflows.
+func (r Resource) addByDim(o Resource) (Resource, error) {
 	out := Resource{}
 	for _, d := range unionDims(r, o) {
 		a, b := r.Get(d), o.Get(d)
-		s := a + b
-		if (b > 0 && s < a) || (b < 0 && s > a) {
+		s, ok := addExact(a, b)
+		if !ok {
 			return Resource{}, fmt.Errorf("%w: %s %d + %d", ErrOverflow, d, a, b)
 		}
 		out = out.With(d, s)
@@ -169,11 +185,70 @@ func (r Resource) Add(o Resource) (Resource, error) {
 	return out, nil
 }
 
+// addExact is a + b and whether it did not overflow.
+func addExact(a, b int64) (int64, bool) {
+	s := a + b
+	return s, !((b > 0 && s < a) || (b < 0 && s > a))
+}
+
+// subExact is a - b and whether it neither overflowed nor went below zero.
+func subExact(a, b int64) (int64, bool) {
+	s := a - b
+	return s, !((b > 0 && s > a) || (b < 0 && s < a)) && s >= 0
+}
+
+// combineScalars applies op to every scalar of a and b (absent = 0) into a
+// new map without zero entries (nil if none), and whether op held for all.
+func combineScalars(a, b map[string]int64, op func(x, y int64) (int64, bool)) (map[string]int64, bool) {
+	out := make(map[string]int64, max(len(a), len(b)))
+	for k, v := range a {
+		s, ok := op(v, b[k])
+		if !ok {
+			return nil, false
+		}
+		if s != 0 {
+			out[k] = s
+		}
+	}
+	for k, v := range b {
+		if _, done := a[k]; done {
+			continue
+		}
+		s, ok := op(0, v)
+		if !ok {
+			return nil, false
+		}
+		if s != 0 {
+			out[k] = s
+		}
+	}
+	if len(out) == 0 {
+		return nil, true
+	}
+	return out, true
+}
+
 // Sub returns r - o. If any dimension would go below zero it returns an error
 // wrapping ErrUnderflow that names every such dimension and by how much, and
 // the returned Resource holds the unclamped difference (negative where short)
 // so callers can report or rebuild; it never panics.
 func (r Resource) Sub(o Resource) (Resource, error) {
+	cpu, ok1 := subExact(r.MilliCPU, o.MilliCPU)
+	mem, ok2 := subExact(r.Memory, o.Memory)
+	out := Resource{MilliCPU: cpu, Memory: mem}
+	ok := ok1 && ok2
+	if ok && len(r.Scalars)+len(o.Scalars) > 0 {
+		out.Scalars, ok = combineScalars(r.Scalars, o.Scalars, subExact)
+	}
+	if !ok {
+		return r.subByDim(o) // short or overflowing: the full report
+	}
+	return out, nil
+}
+
+// subByDim is Sub dimension by dimension in Dims order, naming every
+// dimension that goes below zero.
+func (r Resource) subByDim(o Resource) (Resource, error) {
 	out := Resource{}
 	var short []string
 	for _, d := range unionDims(r, o) {
@@ -197,8 +272,16 @@ func (r Resource) Sub(o Resource) (Resource, error) {
 // A scalar absent from o counts as zero in o, so r with 1 GPU is not
 // LessEqual to o with no GPU entry.
 func (r Resource) LessEqual(o Resource) bool {
-	for _, d := range unionDims(r, o) {
-		if r.Get(d) > o.Get(d) {
+	if r.MilliCPU > o.MilliCPU || r.Memory > o.Memory {
+		return false
+	}
+	for k, v := range r.Scalars {
+		if v > o.Scalars[k] {
+			return false
+		}
+	}
+	for k, v := range o.Scalars {
+		if _, seen := r.Scalars[k]; !seen && v < 0 {
 			return false
 		}
 	}
@@ -212,8 +295,16 @@ func (r Resource) Fits(free Resource) bool { return r.LessEqual(free) }
 
 // Equal reports whether r and o are equal in every dimension.
 func (r Resource) Equal(o Resource) bool {
-	for _, d := range unionDims(r, o) {
-		if r.Get(d) != o.Get(d) {
+	if r.MilliCPU != o.MilliCPU || r.Memory != o.Memory {
+		return false
+	}
+	for k, v := range r.Scalars {
+		if v != o.Scalars[k] {
+			return false
+		}
+	}
+	for k, v := range o.Scalars {
+		if v != r.Scalars[k] {
 			return false
 		}
 	}
