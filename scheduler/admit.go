@@ -137,6 +137,11 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", r.amount.String())
 		s.mu.Lock()
 		rec := s.rec(j.UID)
+		if rec.admission != nil {
+			// Moved here from another queue: what it waited for is over,
+			// so its phase is written again (the waiting reason replaced).
+			rec.phaseSent = phaseKey{}
+		}
 		rec.admission = &admission{job: *j, queue: j.Queue, at: s.cfg.Now()}
 		// The reservation may predate this ask (a queue that changed
 		// owner, a retry): what it holds is what the answer says.
@@ -196,11 +201,15 @@ func (s *Scheduler) refuseClosed(js []*api.Job, closed string) {
 		s.mu.Lock()
 		rec := s.peek(j.UID)
 		s.mu.Unlock()
-		if rec.admission != nil || now.Before(rec.admitWait.until) {
+		moving := rec.admission != nil && rec.admission.queue != j.Queue
+		if (rec.admission != nil && !moving) || now.Before(rec.admitWait.until) {
 			continue
 		}
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("queue %q is closed (or closing): it admits no new job; jobs already admitted keep running", closed)
+		if moving {
+			msg = fmt.Sprintf("moving from queue %q: %s", rec.admission.queue, msg)
+		}
 		s.waiting(j, "QueueClosed", msg)
 	}
 }

@@ -352,6 +352,18 @@ func TestPodGroupMovedToAnotherQueue(t *testing.T) {
 		q := reservedIn()
 		return q == "move-b", "reserved in " + q
 	})
+	ev.lcEventually("the moved job is Running, its waiting reason gone", 30*time.Second, func() (bool, string) {
+		p, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, "mover", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == schedv1beta1.PodGroupUnschedulableType && c.Status == corev1.ConditionTrue {
+				return false, fmt.Sprintf("phase %q, %s: %s", p.Status.Phase, c.Reason, c.Message)
+			}
+		}
+		return p.Status.Phase == schedv1beta1.PodGroupRunning, fmt.Sprintf("phase %q", p.Status.Phase)
+	})
 }
 
 // Beside Volcano's podgroup controller with the default
