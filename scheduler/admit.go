@@ -39,12 +39,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	var work [][]admitReq
 	for _, q := range queues {
 		js := byQueue[q]
-		sort.SliceStable(js, func(a, b int) bool {
-			if pa, pb := s.priority(js[a]), s.priority(js[b]); pa != pb {
-				return pa > pb
-			}
-			return js[a].Created.Before(js[b].Created)
-		})
+		s.byPriority(js)
 		var reqs []admitReq
 		now := s.cfg.Now()
 		path, traverse := queuePath(tree, q)

@@ -37,7 +37,11 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 	}
 	gone = kept
 	for _, j := range s.snap.Jobs() {
-		if !s.isAdmitted(j.UID) {
+		s.mu.Lock()
+		rec := s.peek(j.UID)
+		a, confirmed := rec.admission, rec.confirmed
+		s.mu.Unlock()
+		if a == nil {
 			continue
 		}
 		pending, bound, done := s.jobTasks(j)
@@ -46,14 +50,11 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 			s.syncPhase(j, api.JobCompleted, 0)
 			continue
 		}
-		if !s.admittedIn(j.UID, j.Queue) {
+		if a.queue != j.Queue {
 			// Moved to another queue: its owner writes its phase; this
 			// shard only releases what it holds once the job is done.
 			continue
 		}
-		s.mu.Lock()
-		confirmed := s.peek(j.UID).confirmed
-		s.mu.Unlock()
 		if confirmed {
 			// Running while minMember are bound; Unknown when a running
 			// gang lost members, as Volcano computes it.

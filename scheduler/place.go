@@ -4,7 +4,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -39,9 +38,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	// Oldest first within a priority, so the longest-waiting gang plans
 	// before younger jobs take the room.
 	jobs = slices.Clone(jobs)
-	slices.SortStableFunc(jobs, func(a, b *api.Job) int {
-		return cmp.Or(cmp.Compare(s.priority(b), s.priority(a)), a.Created.Compare(b.Created))
-	})
+	s.byPriority(jobs)
 	placedJobs, mine := map[string]bool{}, map[string]bool{}
 	defer func() { s.endHold(placedJobs, mine, live) }()
 	// First the roles, and the reservations of the jobs placed here resized

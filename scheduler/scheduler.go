@@ -1,11 +1,13 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -180,7 +182,7 @@ type Scheduler struct {
 
 	groupOps map[string]time.Time // loop only: implicit PodGroup creates/deletes in flight (by key or UID)
 	// summaries memoizes Cache.JobSummary for one cycle (loop only).
-	summaries map[string]cache.JobSummary
+	summaries map[jobKey]cache.JobSummary
 	// lastStatus is when queue status was last computed (loop only).
 	lastStatus time.Time
 
@@ -275,7 +277,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Now().UnixNano()))),
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
-		groupOps: map[string]time.Time{}, summaries: map[string]cache.JobSummary{}, heldBefore: map[string]time.Time{},
+		groupOps: map[string]time.Time{}, summaries: map[jobKey]cache.JobSummary{}, heldBefore: map[string]time.Time{},
 		jobs: map[string]*jobRec{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{},
 		ho: newHandoff(), orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
@@ -419,13 +421,28 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 
 // summary is the job's task counts, read from the cache once per cycle.
 func (s *Scheduler) summary(j *api.Job) cache.JobSummary {
-	key := j.Namespace + "/" + j.Name
+	key := jobKey{j.Namespace, j.Name}
 	if sum, ok := s.summaries[key]; ok {
 		return sum
 	}
 	sum := s.deps.Cache.JobSummary(j.Namespace, j.Name)
 	s.summaries[key] = sum
 	return sum
+}
+
+// jobKey is a job's namespace and name (a map key without a string built).
+type jobKey struct{ namespace, name string }
+
+// byPriority sorts js by priority (highest first), then age (oldest
+// first), stably; each job's priority is looked up once. Loop only.
+func (s *Scheduler) byPriority(js []*api.Job) {
+	prio := make(map[*api.Job]int32, len(js))
+	for _, j := range js {
+		prio[j] = s.priority(j)
+	}
+	slices.SortStableFunc(js, func(a, b *api.Job) int {
+		return cmp.Or(cmp.Compare(prio[b], prio[a]), a.Created.Compare(b.Created))
+	})
 }
 
 // priority is the job's priority: its PodGroup's PriorityClass's value when
