@@ -8,13 +8,18 @@ BIN      := bin
 RUN_ARGS ?=
 TEST_TIMEOUT ?= 30m
 
-.PHONY: run test vet controlplane bench-tools bench bench-full generate verify-generated bench-coordinator clean
+.PHONY: run build test vet controlplane bench-tools bench bench-full generate verify-generated bench-coordinator clean
 
 ## run: build, bring up the local cluster (etcd, kube-apiserver, controller-manager, kwok nodes, 3 shard processes, demo queues and jobs); Ctrl-C stops it
 run: controlplane
-	$(GO) build -o $(BIN)/shardsched-local ./cmd/shardsched-local
-	$(GO) build -o $(BIN)/shardsched ./cmd/shardsched
+	$(MAKE) build
 	exec $(BIN)/shardsched-local $(RUN_ARGS)
+
+## build: the shard, the local cluster and the kubectl plugin into $(BIN) (each says its commit with --version)
+build:
+	$(GO) build -buildvcs=auto -o $(BIN)/shardsched-local ./cmd/shardsched-local
+	$(GO) build -buildvcs=auto -o $(BIN)/shardsched ./cmd/shardsched
+	$(GO) build -buildvcs=auto -o $(BIN)/kubectl-shardsched ./cmd/kubectl-shardsched
 
 ## test: go vet + every test with the race detector, against the real control plane
 test: controlplane vet

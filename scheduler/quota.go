@@ -25,9 +25,8 @@ import (
 //
 // These functions are the pure part of that: no I/O, no locks.
 
-// taskQuota is what one task counts against its queue: its request, as one
-// pod.
-func taskQuota(t *api.Task) api.Resource { return t.Request.With(api.Pods, 1) }
+// taskQuota is what one task counts against its queue.
+func taskQuota(t *api.Task) api.Resource { return t.Quota() }
 
 // jobUse is what a job's bound, unfinished member tasks count against its
 // queue (binds in flight included: the cache counts assumed tasks as bound).
@@ -35,27 +34,10 @@ func jobUse(sum cache.JobSummary) api.Resource {
 	return sum.Allocated.With(api.Pods, int64(sum.Bound))
 }
 
-// admitAmount is what a job reserves to be admitted: max(minResources, the
-// requests of its bound tasks and of the first minMember−bound pending
-// ones), with pending sorted as jobTasks sorts them. A job that sets
-// minResources is sized by it before its pods exist (Volcano's enqueue:
-// its job controller and Kubeflow's operators create pods only once the
-// PodGroup is Inqueue); without minResources, ok is false while fewer than
-// minMember tasks exist (the gang cannot be sized yet).
+// admitAmount is what a job reserves to be admitted (api.AdmitAmount), with
+// pending sorted as jobTasks sorts them.
 func admitAmount(j *api.Job, pending []*api.Task, sum cache.JobSummary) (api.Resource, bool) {
-	min := max(int(j.MinMember), 1)
-	hasMin := j.MinResources != nil && !j.MinResources.IsZero()
-	if len(pending)+sum.Bound < min && !hasMin {
-		return api.Resource{}, false
-	}
-	amount := jobUse(sum)
-	for i := 0; i < len(pending) && i < min-sum.Bound; i++ {
-		amount, _ = amount.Add(taskQuota(pending[i]))
-	}
-	if hasMin {
-		amount = amount.Max(*j.MinResources)
-	}
-	return amount, true
+	return api.AdmitAmount(j, pending, jobUse(sum))
 }
 
 // maxTargets bounds the targets of one resize (a Deployment of thousands of

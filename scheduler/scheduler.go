@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -466,15 +465,7 @@ func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) 
 		}
 	}
 	sum := s.summary(j)
-	sort.SliceStable(pending, func(a, b int) bool {
-		if pending[a].Priority != pending[b].Priority {
-			return pending[a].Priority > pending[b].Priority
-		}
-		if !pending[a].Created.Equal(pending[b].Created) {
-			return pending[a].Created.Before(pending[b].Created)
-		}
-		return pending[a].Name < pending[b].Name
-	})
+	api.SortPending(pending)
 	return pending, sum.Bound, sum.Done
 }
 

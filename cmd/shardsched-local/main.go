@@ -27,6 +27,7 @@ import (
 
 	"github.com/shardsched/shardsched/deploy"
 	"github.com/shardsched/shardsched/internal/cluster"
+	"github.com/shardsched/shardsched/internal/version"
 )
 
 type options struct {
@@ -78,7 +79,12 @@ func main() {
 	flag.BoolVar(&o.keepState, "keep-state", false, "keep the state directory on exit")
 	flag.BoolVar(&o.spans, "spans", false, "receive the shards' OpenTelemetry spans (OTLP/gRPC on a loopback port) and show them in the summary")
 	flag.StringVar(&o.spansFile, "spans-file", "", "append every received span to this file as one JSON line (implies -spans)")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("shardsched-local", version.String())
+		return
+	}
 	if o.spansFile != "" {
 		o.spans = true
 	}
@@ -207,6 +213,11 @@ func run(o options) error {
 	fmt.Printf("kubeconfig: %s\n", cp.Kubeconfig)
 	fmt.Printf("try:        %s --kubeconfig %s get queues,podgroups,pods -A\n", bins.Kubectl, cp.Kubeconfig)
 	fmt.Printf("            %s --kubeconfig %s run demo --image=busybox --overrides='{\"spec\":{\"schedulerName\":\"%s\"}}'\n", bins.Kubectl, cp.Kubeconfig, o.schedulerName)
+	if self, err := os.Executable(); err == nil {
+		if plugin := filepath.Join(filepath.Dir(self), "kubectl-shardsched"); fileExists(plugin) {
+			fmt.Printf("why:        %s --kubeconfig %s queues   (or: explain podgroup NAME -n NAMESPACE)\n", plugin, cp.Kubeconfig)
+		}
+	}
 	fmt.Printf("logs:       %s\n", filepath.Join(dir, "controlplane"))
 	fmt.Println("Ctrl-C stops every process and removes the state; kill a shard's pid to watch the others take over.")
 
@@ -225,4 +236,9 @@ func run(o options) error {
 			sum.print(ctx)
 		}
 	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/daemon"
 	"github.com/shardsched/shardsched/internal/telemetry"
+	"github.com/shardsched/shardsched/internal/version"
 	"github.com/shardsched/shardsched/scheduler"
 	"github.com/shardsched/shardsched/shard"
 	"github.com/shardsched/shardsched/status"
@@ -42,7 +43,11 @@ type options struct {
 	httpAddr, coordAddr, coordAdvertise, logLevel string
 	shutdownTimeout                               time.Duration
 	implicitGroups                                bool
+	version                                       bool
 }
+
+// errVersion is parse's answer to --version: print the version and stop.
+var errVersion = errors.New("version requested")
 
 func parse(args []string) (options, error) {
 	var o options
@@ -71,8 +76,12 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "bound on a graceful stop")
 	fs.BoolVar(&o.implicitGroups, "implicit-podgroups", true,
 		"create a PodGroup (minMember 1) for pods that name none; false when Volcano's podgroup controller runs beside the shards and does it")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.version {
+		return o, errVersion
 	}
 	return o, o.validate()
 }
@@ -146,6 +155,10 @@ func main() {
 	o, err := parse(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		if errors.Is(err, errVersion) {
+			fmt.Println("shardsched", version.String())
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "shardsched:", err)

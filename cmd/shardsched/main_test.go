@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -46,5 +47,16 @@ func TestImplicitPodGroupsFlag(t *testing.T) {
 	}
 	if _, err := parse(append(base, "--implicit-podgroups=maybe")); err == nil || !strings.Contains(err.Error(), "implicit-podgroups") {
 		t.Fatalf("--implicit-podgroups=maybe: err %v, want one naming the flag", err)
+	}
+}
+
+// --version answers before any other flag is checked (no shard name or
+// etcd needed to ask a binary what it is).
+func TestVersionFlag(t *testing.T) {
+	if _, err := parse([]string{"--version"}); !errors.Is(err, errVersion) {
+		t.Fatalf("parse(--version) = %v, want errVersion", err)
+	}
+	if _, err := parse([]string{"--shard-name=s0", "--etcd-endpoints=x"}); errors.Is(err, errVersion) {
+		t.Fatal("errVersion without --version")
 	}
 }

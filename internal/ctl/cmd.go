@@ -1,0 +1,210 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/shardsched/shardsched/internal/version"
+)
+
+// options are the flags every subcommand shares.
+type options struct {
+	kube          *genericclioptions.ConfigFlags
+	schedulerName string
+	output        string
+	streams       genericiooptions.IOStreams
+}
+
+func (o *options) client() (Client, error) {
+	cfg, err := o.kube.ToRESTConfig()
+	if err != nil {
+		return Client{}, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return Client{}, err
+	}
+	vc, err := volcano.NewForConfig(cfg)
+	if err != nil {
+		return Client{}, err
+	}
+	return Client{CS: cs, VC: vc}, nil
+}
+
+func (o *options) namespace() (string, error) {
+	ns, _, err := o.kube.ToRawKubeConfigLoader().Namespace()
+	return ns, err
+}
+
+func (o *options) checkOutput() error {
+	switch o.output {
+	case "", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("--output %q: want json or yaml (or nothing, for text)", o.output)
+}
+
+// print writes v as JSON or YAML when -o asks for it, else calls text.
+func (o *options) print(v any, text func(io.Writer) error) error {
+	switch o.output {
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(o.streams.Out, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = o.streams.Out.Write(b)
+		return err
+	}
+	return text(o.streams.Out)
+}
+
+// NewCommand is the kubectl plugin: kubectl shardsched explain|queues.
+// It honours kubectl's connection flags (--kubeconfig, --context, -n, ...).
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{kube: genericclioptions.NewConfigFlags(true), streams: streams}
+	root := &cobra.Command{
+		Use:           "kubectl-shardsched",
+		Short:         "Why jobs wait and how full queues are, under shardsched",
+		Long:          "kubectl shardsched explains, in plain words, why a pod or PodGroup scheduled by shardsched is not running, and shows the queue tree with its quota. It reads only the API server (Queues, PodGroups, pods, nodes, PriorityClasses, events): what a read-only user may read.",
+		Version:       version.String(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	o.kube.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().StringVar(&o.schedulerName, "scheduler-name", "volcano", "schedulerName of the pods shardsched serves (its --scheduler-name)")
+	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (text when empty)")
+	root.AddCommand(explainCommand(o), queuesCommand(o), &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(streams.Out, version.String())
+			return err
+		},
+	})
+	return root
+}
+
+func explainCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "explain (pod|podgroup) NAME",
+		Short: "Say why a pod or PodGroup is not running: quota, its place in its queue, room on the whole cluster",
+		Example: `  kubectl shardsched explain podgroup train-llm -n research
+  kubectl shardsched explain pod train-llm-worker-3 -n research -o json`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 2 {
+				return fmt.Errorf("want a kind and a name (explain pod NAME, or explain podgroup NAME), got %d argument(s)", len(args))
+			}
+			return nil
+		},
+		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			if len(args) == 0 {
+				return []string{"pod", "podgroup"}, cobra.ShellCompDirectiveNoFileComp
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.checkOutput(); err != nil {
+				return err
+			}
+			kind := strings.ToLower(args[0])
+			switch kind {
+			case "pod", "pods", "po":
+				kind = "pod"
+			case "podgroup", "podgroups", "pg":
+				kind = "podgroup"
+			default:
+				return fmt.Errorf("cannot explain a %q: say pod or podgroup", args[0])
+			}
+			ns, err := o.namespace()
+			if err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			w, err := c.World(cmd.Context(), ns)
+			if err != nil {
+				return err
+			}
+			e, err := Explain(w, ExplainOptions{Kind: kind, Namespace: ns, Name: args[1], SchedulerName: o.schedulerName, Now: time.Now()})
+			if err != nil {
+				return err
+			}
+			return o.print(e, func(out io.Writer) error { return WriteExplanation(out, e) })
+		},
+	}
+}
+
+func queuesCommand(o *options) *cobra.Command {
+	var watch bool
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "queues",
+		Short: "Show the queue tree: capability, deserved, guarantee, allocated and jobs per queue",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.checkOutput(); err != nil {
+				return err
+			}
+			if interval <= 0 {
+				return fmt.Errorf("--interval %s: must be positive", interval)
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			show := func(ctx context.Context) error {
+				qs, err := c.Queues(ctx)
+				if err != nil {
+					return err
+				}
+				rows := QueueTree(qs)
+				return o.print(rows, func(out io.Writer) error { return WriteQueues(out, rows) })
+			}
+			if !watch {
+				return show(cmd.Context())
+			}
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for {
+				if o.output == "" {
+					// Redraw in place, as watch(1) does.
+					fmt.Fprintf(o.streams.Out, "\033[H\033[2J%s\n\n", time.Now().Format(time.TimeOnly))
+				}
+				if err := show(cmd.Context()); err != nil {
+					return err
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-t.C:
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
+	return cmd
+}
