@@ -25,6 +25,7 @@ type Snapshot struct {
 	nodes  map[string]*api.NodeBooks
 	list   []*api.NodeBooks // nodes sorted by name
 	copied int              // nodes copied by the last refresh
+	known  int              // nodes the cache knows, owned or not
 
 	groupsGen int64
 	groups    map[objKey]*snapGroup // only groups with pending tasks
@@ -71,6 +72,7 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 		s.groupsGen = -1
 	}
 	s.updateNodes(c)
+	s.known = len(c.nodes)
 	s.updateGroups(c)
 	s.updateJobs(c)
 	s.generation = c.gen
@@ -251,6 +253,15 @@ func (s *Snapshot) NumNodes() int {
 		return 0
 	}
 	return len(s.list)
+}
+
+// KnownNodes returns the number of nodes the cache knows of, owned by this
+// shard or not: every node of the cluster.
+func (s *Snapshot) KnownNodes() int {
+	if s == nil {
+		return 0
+	}
+	return s.known
 }
 
 // Generation returns the cache generation the snapshot reflects.

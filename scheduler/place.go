@@ -118,7 +118,8 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			attribute.String("job", j.Key()), attribute.Int("tasks", len(ready)), attribute.Int("min_member", need), attribute.Int("nodes_considered", len(nodes))))
 		t0 := time.Now()
 		var res placement.Result
-		if cand := s.holdFilter(j, nodes, &unheld); len(cand) > 0 {
+		cand := s.holdFilter(j, nodes, &unheld)
+		if len(cand) > 0 {
 			res = placement.PlaceGang(pc, ready, cand, need, s.rng)
 		}
 		taskShort := res.OK && !taskGangMet(j, ready, res.Assignments, w.bySpec)
@@ -144,7 +145,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			if len(nodes) == 0 {
 				continue
 			}
-			msg := placement.Summarize(res.Reasons, len(nodes))
+			msg := s.placementMessage(res.Reasons, len(nodes), len(cand))
 			if need > 1 {
 				msg = fmt.Sprintf("gang of %d (minMember %d) does not fit: %s", need, j.MinMember, msg)
 			}
@@ -330,4 +331,31 @@ func parallel[T any](items []T, n int, f func(T)) {
 	}
 	close(next)
 	wg.Wait()
+}
+
+// Reasons counted beside placement's in a FailedScheduling message.
+const (
+	reasonHeld        = "node(s) held for an older gang"
+	reasonOtherShards = "node(s) placed by other shards, none of which reported room for it"
+)
+
+// placementMessage is kube-scheduler's FailedScheduling message counted
+// over every node of the cluster, not only this shard's: the reasons on
+// the candidates placement tried, the nodes of this shard held for an older
+// gang, and the nodes other shards place on (the owner offers a job that
+// does not fit here to a shard that gossips room for it; a message means
+// none did).
+func (s *Scheduler) placementMessage(reasons map[string]int, mine, candidates int) string {
+	all := make(map[string]int, len(reasons)+2)
+	for r, n := range reasons {
+		all[r] = n
+	}
+	if held := mine - candidates; held > 0 {
+		all[reasonHeld] += held
+	}
+	total := max(s.snap.KnownNodes(), mine)
+	if other := total - mine; other > 0 {
+		all[reasonOtherShards] += other
+	}
+	return placement.Summarize(all, total)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,6 +192,21 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 		_, ok := readClaim()
 		return !ok
 	})
+
+	// A pod that fits on no node: the owner's FailedScheduling message
+	// counts every node of the cluster (its own, and the other shard's,
+	// which did not report room for it), not only the owner's one node; and
+	// the plugin, counting from the API server, says the same of the nodes.
+	ev.podGroup("huge", "default", 1)
+	ev.pod("huge-0", "huge", "20", "1Gi", nil)
+	want := "0/3 nodes are available: 2 node(s) placed by other shards, none of which reported room for it, 1 Insufficient cpu."
+	ev.eventually("the FailedScheduling message counts the 3 nodes of the cluster", 30*time.Second, func() bool {
+		return slices.Contains(ev.failedSchedulingMessages("huge-0"), want)
+	})
+	out, err := ev.kubectl("explain", "pod", "huge-0")
+	if err != nil || !strings.Contains(out, "0/3 nodes are available: 3 Insufficient cpu.") {
+		t.Errorf("kubectl shardsched explain pod huge-0: err %v\n%s", err, out)
+	}
 	t.Logf("whole scenario: %s", time.Since(start).Round(time.Millisecond))
 }
 
