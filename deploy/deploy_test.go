@@ -190,29 +190,24 @@ var wantRules = func() []string {
 	return out
 }()
 
-func checkRBAC(t *testing.T, objs objects) {
+// wantStatusRules is what a shard may do in its own namespace: keep its
+// status Lease.
+var wantStatusRules = []string{"coordination.k8s.io|leases|create", "coordination.k8s.io|leases|get", "coordination.k8s.io|leases|update"}
+
+// grants flattens rules into sorted group|resource|verb triples, failing on
+// wildcards, resource names and non-resource URLs.
+func grants(t *testing.T, what string, rules []rbacv1.PolicyRule) []string {
 	t.Helper()
-	if n := len(all[rbacv1.Role](t, objs, "Role")) + len(all[rbacv1.RoleBinding](t, objs, "RoleBinding")); n != 0 {
-		t.Errorf("%d namespaced Roles/RoleBindings, want none", n)
-	}
-	roles := all[rbacv1.ClusterRole](t, objs, "ClusterRole")
-	if len(roles) != 1 {
-		t.Fatalf("%d ClusterRoles, want exactly 1", len(roles))
-	}
-	role := roles[0]
-	if role.AggregationRule != nil {
-		t.Errorf("ClusterRole %s aggregates other roles", role.Name)
-	}
 	var got []string
-	for i, r := range role.Rules {
+	for i, r := range rules {
 		if len(r.NonResourceURLs) > 0 || len(r.ResourceNames) > 0 {
-			t.Errorf("rule %d: nonResourceURLs %v resourceNames %v, want none", i, r.NonResourceURLs, r.ResourceNames)
+			t.Errorf("%s rule %d: nonResourceURLs %v resourceNames %v, want none", what, i, r.NonResourceURLs, r.ResourceNames)
 		}
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
 					if g == "*" || res == "*" || v == "*" || strings.Contains(res, "*") {
-						t.Errorf("rule %d grants a wildcard: group %q resource %q verb %q", i, g, res, v)
+						t.Errorf("%s rule %d grants a wildcard: group %q resource %q verb %q", what, i, g, res, v)
 					}
 					got = append(got, g+"|"+res+"|"+v)
 				}
@@ -220,9 +215,40 @@ func checkRBAC(t *testing.T, objs objects) {
 		}
 	}
 	sort.Strings(got)
-	got = slices.Compact(got)
-	if !slices.Equal(got, wantRules) {
+	return slices.Compact(got)
+}
+
+func checkRBAC(t *testing.T, objs objects) {
+	t.Helper()
+	roles := all[rbacv1.ClusterRole](t, objs, "ClusterRole")
+	if len(roles) != 2 {
+		t.Fatalf("%d ClusterRoles, want exactly 2 (the shards' and the read-only viewer)", len(roles))
+	}
+	role := one[rbacv1.ClusterRole](t, objs, "ClusterRole", "shardsched")
+	viewer := one[rbacv1.ClusterRole](t, objs, "ClusterRole", "shardsched-viewer")
+	for _, r := range []rbacv1.ClusterRole{role, viewer} {
+		if r.AggregationRule != nil {
+			t.Errorf("ClusterRole %s aggregates other roles", r.Name)
+		}
+	}
+	if got := grants(t, "ClusterRole "+role.Name, role.Rules); !slices.Equal(got, wantRules) {
 		t.Errorf("ClusterRole %s grants\n  %v\nwant exactly\n  %v", role.Name, got, wantRules)
+	}
+	for _, g := range grants(t, "ClusterRole "+viewer.Name, viewer.Rules) {
+		if v := g[strings.LastIndex(g, "|")+1:]; v != "get" && v != "list" && v != "watch" {
+			t.Errorf("the viewer role grants %s: it must only read", g)
+		}
+	}
+	status := one[rbacv1.Role](t, objs, "Role", "shardsched-status")
+	if got := grants(t, "Role "+status.Name, status.Rules); !slices.Equal(got, wantStatusRules) {
+		t.Errorf("Role %s grants %v, want exactly %v", status.Name, got, wantStatusRules)
+	}
+	if n := len(all[rbacv1.Role](t, objs, "Role")); n != 1 {
+		t.Errorf("%d Roles, want 1", n)
+	}
+	rbs := all[rbacv1.RoleBinding](t, objs, "RoleBinding")
+	if len(rbs) != 1 || rbs[0].RoleRef.Kind != "Role" || rbs[0].RoleRef.Name != status.Name {
+		t.Errorf("RoleBindings %+v, want one binding Role %s", rbs, status.Name)
 	}
 
 	bindings := all[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding")
@@ -238,6 +264,9 @@ func checkRBAC(t *testing.T, objs objects) {
 	want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}
 	if !slices.Equal(b.Subjects, want) {
 		t.Errorf("ClusterRoleBinding subjects %+v, want %+v", b.Subjects, want)
+	}
+	if len(rbs) == 1 && !slices.Equal(rbs[0].Subjects, want) {
+		t.Errorf("RoleBinding subjects %+v, want %+v", rbs[0].Subjects, want)
 	}
 	one[corev1.ServiceAccount](t, objs, "ServiceAccount", sa)
 }
@@ -731,8 +760,8 @@ func TestApplyGrantsExactlyWhatShardsUse(t *testing.T) {
 		}
 	}
 
-	canI := func(verb, resource, sub string) (bool, error) {
-		args := []string{"--kubeconfig", cp.Kubeconfig, "auth", "can-i", verb, resource, "--as=" + serviceAccount, "-n", "default"}
+	canIIn := func(ns, verb, resource, sub string) (bool, error) {
+		args := []string{"--kubeconfig", cp.Kubeconfig, "auth", "can-i", verb, resource, "--as=" + serviceAccount, "-n", ns}
 		if sub != "" {
 			args = append(args, "--subresource="+sub)
 		}
@@ -747,6 +776,7 @@ func TestApplyGrantsExactlyWhatShardsUse(t *testing.T) {
 			return false, fmt.Errorf("kubectl auth can-i %s %s %s: %v: %s%s", verb, resource, sub, err, out, stderr)
 		}
 	}
+	canI := func(verb, resource, sub string) (bool, error) { return canIIn("default", verb, resource, sub) }
 	type q struct{ verb, resource, sub string }
 	allowed := []q{
 		{"create", "pods", "binding"}, {"get", "pods", ""}, {"list", "pods", ""}, {"watch", "pods", ""},
@@ -790,6 +820,15 @@ func TestApplyGrantsExactlyWhatShardsUse(t *testing.T) {
 		if ok, err := canI(d.verb, d.resource, d.sub); err != nil || ok {
 			t.Errorf("%s may %s %s %s (err %v): more than least privilege", serviceAccount, d.verb, d.resource, d.sub, err)
 		}
+	}
+	// Its status Lease, in its own namespace only.
+	for _, verb := range []string{"get", "create", "update"} {
+		if ok, err := canIIn(namespace, verb, "leases.coordination.k8s.io", ""); err != nil || !ok {
+			t.Errorf("%s may not %s leases in %s (err %v), but shards keep their status Lease there", serviceAccount, verb, namespace, err)
+		}
+	}
+	if ok, err := canIIn(namespace, "delete", "leases.coordination.k8s.io", ""); err != nil || ok {
+		t.Errorf("%s may delete leases in %s (err %v): more than least privilege", serviceAccount, namespace, err)
 	}
 	t.Logf("checked %d allowed and %d denied requests", len(allowed), len(denied))
 }

@@ -21,7 +21,10 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
@@ -148,6 +151,10 @@ func run(o options) error {
 		if err := cluster.CreateFakeNodes(ctx, cs, "kwok-node", o.nodes, o.nodeCPU, o.nodeMemory, 2*time.Minute); err != nil {
 			return err
 		}
+	}
+	// The shards keep their status Leases where a real install has them.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: statusNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", statusNamespace, err)
 	}
 	bins, _ := cluster.FindBinaries()
 	vc, err := volcano.NewForConfig(cp.RESTConfig())

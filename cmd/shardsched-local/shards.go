@@ -35,6 +35,10 @@ type shardProc struct {
 
 // startShards runs n shard processes gossiping on loopback, with
 // environment env (nil: this process's).
+// statusNamespace is where the local shards keep their status Leases, the
+// namespace deploy/ installs into.
+const statusNamespace = "shardsched"
+
 func startShards(dir, bin, kubeconfig, etcd string, n, partitions int, schedulerName string, env []string) ([]*shardProc, error) {
 	var out []*shardProc
 	var seed string
@@ -57,7 +61,7 @@ func startShards(dir, bin, kubeconfig, etcd string, n, partitions int, scheduler
 			"--gossip-bind-addr=127.0.0.1", "--gossip-port=" + strconv.Itoa(gp), "--gossip-profile=local",
 			"--http-addr=127.0.0.1:" + strconv.Itoa(hp), "--coordinator-addr=127.0.0.1:" + strconv.Itoa(cp),
 			"--scheduler-name=" + schedulerName, "--partitions=" + strconv.Itoa(partitions), "--session-ttl=5",
-			"--status-flush-interval=1s",
+			"--status-flush-interval=1s", "--status-namespace=" + statusNamespace,
 		}
 		if seed != "" {
 			args = append(args, "--join="+seed)

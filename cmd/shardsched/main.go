@@ -44,6 +44,7 @@ type options struct {
 	shutdownTimeout                               time.Duration
 	implicitGroups                                bool
 	version                                       bool
+	statusNamespace                               string
 }
 
 // errVersion is parse's answer to --version: print the version and stop.
@@ -76,6 +77,8 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "bound on a graceful stop")
 	fs.BoolVar(&o.implicitGroups, "implicit-podgroups", true,
 		"create a PodGroup (minMember 1) for pods that name none; false when Volcano's podgroup controller runs beside the shards and does it")
+	fs.StringVar(&o.statusNamespace, "status-namespace", os.Getenv("POD_NAMESPACE"),
+		"namespace of the shard's status Lease, read by `kubectl shardsched shards` (default $POD_NAMESPACE; empty: none)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -221,6 +224,7 @@ func run(o options, log *slog.Logger) error {
 			Name: o.shardName, REST: rc, EtcdEndpoints: splitList(o.etcdEndpoints), EtcdTLS: tlsCfg, HTTPAddr: o.httpAddr,
 			Shard: sc, Coordinator: cc, Scheduler: schedCfg, Status: stCfg, Logger: log, Tracer: tp,
 			NoImplicitGroups: !o.implicitGroups,
+			StatusNamespace:  o.statusNamespace,
 		}, func(d *daemon.Daemon) {
 			log.Info("shard ready", "name", o.shardName, "gossip", d.Shard.GossipAddr(), "coordinator", d.Coord.Addr())
 		})

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
+	"github.com/shardsched/shardsched/internal/kube"
 	"github.com/shardsched/shardsched/internal/version"
 )
 
@@ -93,7 +94,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o.kube.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVar(&o.schedulerName, "scheduler-name", "volcano", "schedulerName of the pods shardsched serves (its --scheduler-name)")
 	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (text when empty)")
-	root.AddCommand(explainCommand(o), queuesCommand(o), &cobra.Command{
+	root.AddCommand(explainCommand(o), queuesCommand(o), shardsCommand(o), &cobra.Command{
 		Use:   "version",
 		Short: "Print the plugin's version",
 		Args:  cobra.NoArgs,
@@ -206,5 +207,32 @@ func queuesCommand(o *options) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
+	return cmd
+}
+
+func shardsCommand(o *options) *cobra.Command {
+	var ns string
+	cmd := &cobra.Command{
+		Use:   "shards",
+		Short: "Show the shards: up or stale, coordinator leader, partitions and queues held, binds/s, ownership changes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.checkOutput(); err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			rs, err := kube.ReadShardStatus(cmd.Context(), c.CS, ns, now)
+			if err != nil {
+				return err
+			}
+			SortShards(rs)
+			return o.print(rs, func(out io.Writer) error { return WriteShards(out, rs, now) })
+		},
+	}
+	cmd.Flags().StringVar(&ns, "shards-namespace", "shardsched", "namespace the shards run in (their status Leases are there)")
 	return cmd
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/kube"
+	"github.com/shardsched/shardsched/internal/version"
 	"github.com/shardsched/shardsched/scheduler"
 	"github.com/shardsched/shardsched/shard"
 	"github.com/shardsched/shardsched/status"
@@ -53,6 +54,12 @@ type Options struct {
 	// NoImplicitGroups: do not create PodGroups for pods that name none
 	// (Volcano's podgroup controller runs beside the shards and does).
 	NoImplicitGroups bool
+	// StatusNamespace is where the shard keeps its status Lease for
+	// operators (kube.PublishShardStatus); empty: none is kept.
+	StatusNamespace string
+	// StatusEvery is how often that Lease is renewed (10 s when zero); it
+	// is valid for three times as long.
+	StatusEvery time.Duration
 }
 
 // Daemon is a running shard process.
@@ -258,6 +265,12 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 			pushed, havePushed, havePending, backoff = pending, true, false, time.Second
 		}
 	})
+	if opts.StatusNamespace != "" {
+		run(func(ctx context.Context) error {
+			publishStatus(ctx, cs, opts, sh, coord, c, sched, log)
+			return nil
+		})
+	}
 	// Ownership → cache books; out-of-sync nodes are rebuilt from the
 	// informers (the API server's state).
 	run(func(ctx context.Context) error {
@@ -303,4 +316,58 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	cancel()
 	wg.Wait()
 	return nil
+}
+
+// publishStatus keeps the shard's status Lease until ctx ends: what it
+// holds, whether it leads the coordinator, its binds. A failed write is
+// logged and tried again at the next tick; scheduling never waits for it.
+func publishStatus(ctx context.Context, cs kubernetes.Interface, opts Options, sh *shard.Shard, coord *coordinator.Server,
+	c *cache.Cache, sched *scheduler.Scheduler, log *slog.Logger) {
+	every := opts.StatusEvery
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	started := time.Now()
+	var lastBinds int64
+	var lastAt time.Time // zero until the first record: no rate yet
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		st := kube.ShardStatus{Shard: opts.Name, Version: version.String(), GossipAddr: sh.GossipAddr(),
+			CoordinatorLeader: coord.IsLeader(), PartitionsTotal: opts.Shard.Partitions, Started: started}
+		for _, m := range sh.Members() {
+			st.Members = append(st.Members, m.ID)
+		}
+		slices.Sort(st.Members)
+		for _, k := range sh.Owned() {
+			switch kind, name, ok := shard.ParseKey(k); {
+			case !ok:
+			case kind == shard.KindPartition:
+				st.Partitions++
+			case kind == shard.KindQueue:
+				st.QueuesHeld++
+				if len(st.Queues) < 100 {
+					st.Queues = append(st.Queues, name)
+				}
+			}
+		}
+		st.Nodes = c.Stats().OwnedNodes
+		ss := sched.Stats()
+		st.Binds, st.BindFailures, st.OwnershipChanges = ss.Binds, ss.BindFailures, sh.OwnershipChanges()
+		now := time.Now()
+		if dt := now.Sub(lastAt).Seconds(); !lastAt.IsZero() && dt > 0 {
+			st.BindsPerSecond = float64(st.Binds-lastBinds) / dt
+		}
+		lastBinds, lastAt = st.Binds, now
+		pctx, cancel := context.WithTimeout(ctx, every)
+		if err := kube.PublishShardStatus(pctx, cs, opts.StatusNamespace, st, 3*every); err != nil && ctx.Err() == nil {
+			log.Warn("shard status lease not written", "namespace", opts.StatusNamespace, "err", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -49,6 +49,8 @@ type env struct {
 	d   *Daemon
 	// http is the daemon's /metrics, /healthz, /readyz address.
 	http string
+	// asUser, when set, is the user the kubectl plugin impersonates.
+	asUser string
 }
 
 // newEnv starts one shard process (coordinator, shard, scheduler) on a

@@ -5,19 +5,25 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 
 	"github.com/shardsched/shardsched/internal/ctl"
+	"github.com/shardsched/shardsched/internal/kube"
+	"github.com/shardsched/shardsched/internal/testenv"
 )
 
 // kubectl runs the kubectl plugin's command with a kubeconfig for the test
@@ -35,7 +41,11 @@ func (ev *env) kubectl(args ...string) (string, error) {
 	}
 	var out, errOut bytes.Buffer
 	cmd := ctl.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	cmd.SetArgs(append([]string{"--kubeconfig", path, "-n", ev.ns, "--scheduler-name", schedName}, args...))
+	base := []string{"--kubeconfig", path, "-n", ev.ns, "--scheduler-name", schedName}
+	if ev.asUser != "" {
+		base = append(base, "--as", ev.asUser)
+	}
+	cmd.SetArgs(append(base, args...))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := cmd.ExecuteContext(ctx)
@@ -48,8 +58,16 @@ func (ev *env) kubectl(args ...string) (string, error) {
 // quota; the queue tree shows the status the shard wrote; once the holder
 // is gone the same pod is explained as bound.
 func TestKubectlPluginExplainsAWaitingGang(t *testing.T) {
-	ev := newEnv(t)
+	ev := newNamespace(t)
+	etcd := testenv.NewEtcd(t)
+	ev.d, ev.http, _ = runDaemon(t, ev.cfg, "shard-0", etcd.Endpoints, nil, func(o *Options) {
+		o.StatusNamespace, o.StatusEvery = ev.ns, 300*time.Millisecond
+	})
+	ev.eventually("the shard holds every partition", 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 })
 	ctx := context.Background()
+	// Everything below runs as a user bound only to deploy/'s read-only
+	// viewer role: what an operator without write access can see.
+	ev.viewer()
 	ev.nodes("kc-node", 2, "4", "16Gi")
 	ev.queue("kc-parent", "root", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")})
 	ev.queue("kc-a", "kc-parent", nil)
@@ -113,6 +131,27 @@ func TestKubectlPluginExplainsAWaitingGang(t *testing.T) {
 		t.Errorf("queues (text): err %v\n%s", err, out)
 	}
 
+	var shards []kube.ShardRecord
+	ev.lcEventually("kubectl shardsched shards shows the shard, leading, with every partition and the test's queues", 30*time.Second, func() (bool, string) {
+		out, err := ev.kubectl("shards", "--shards-namespace", ev.ns, "-o", "json")
+		if err != nil {
+			return false, err.Error()
+		}
+		shards = nil
+		if err := json.Unmarshal([]byte(out), &shards); err != nil {
+			return false, err.Error()
+		}
+		ok := len(shards) == 1 && shards[0].Shard == "shard-0" && shards[0].CoordinatorLeader && !shards[0].Expired &&
+			shards[0].Partitions == 64 && shards[0].PartitionsTotal == 64 && slices.Contains(shards[0].Queues, "kc-b") &&
+			shards[0].Binds >= 3 && shards[0].Nodes == 2
+		return ok, out
+	})
+	if out, err := ev.kubectl("shards", "--shards-namespace", ev.ns); err != nil || !strings.Contains(out, "shard-0") || !strings.Contains(out, "64/64") {
+		t.Errorf("shards (text): err %v\n%s", err, out)
+	} else {
+		t.Logf("kubectl shardsched shards:\n%s", out)
+	}
+
 	for _, p := range []string{"hold-0", "hold-1", "hold-2"} {
 		if err := ev.cs.CoreV1().Pods(ev.ns).Delete(ctx, p, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Fatal(err)
@@ -132,5 +171,54 @@ func TestKubectlPluginExplainsAWaitingGang(t *testing.T) {
 		} else {
 			t.Logf("%v: %v", args, err)
 		}
+	}
+}
+
+// viewer makes the plugin run as a user bound only to deploy/'s read-only
+// ClusterRole shardsched-viewer (created for the test under a unique name).
+func (ev *env) viewer() {
+	ev.t.Helper()
+	ctx := context.Background()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "base", "rbac.yaml"))
+	if err != nil {
+		ev.t.Fatal(err)
+	}
+	var role *rbacv1.ClusterRole
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var r rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(doc), &r); err == nil && r.Kind == "ClusterRole" && r.Name == "shardsched-viewer" {
+			role = &r
+		}
+	}
+	if role == nil {
+		ev.t.Fatal("no ClusterRole shardsched-viewer in deploy/base/rbac.yaml")
+	}
+	role.Name = "shardsched-viewer-" + ev.ns
+	user := "viewer-" + ev.ns
+	// Before the binding, the plugin (impersonating the user) is refused.
+	ev.asUser = user
+	if _, err := ev.kubectl("queues"); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		ev.t.Fatalf("queues as %s before any binding: %v, want forbidden", user, err)
+	}
+	if _, err := ev.cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		ev.t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: user}}}
+	if _, err := ev.cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		ev.t.Fatal(err)
+	}
+	ev.t.Cleanup(func() {
+		_ = ev.cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+		_ = ev.cs.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+	})
+	// The authorizer learns of the binding through an informer.
+	ev.lcEventually("the viewer may list queues", 30*time.Second, func() (bool, string) {
+		_, err := ev.kubectl("queues")
+		return err == nil, fmt.Sprint(err)
+	})
+	if _, err := ev.kubectl("explain", "pod", "nope"); err == nil || !strings.Contains(err.Error(), "not found") {
+		ev.t.Fatalf("as the viewer, explain of a missing pod: %v (want not found, not forbidden)", err)
 	}
 }
