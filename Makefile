@@ -5,10 +5,13 @@
 
 GO       ?= go
 BIN      := bin
+# VERSION tags the shard's image; deploy/ names the same tag (deploy_test.go
+# checks that they agree).
+VERSION  := 0.1.0
 RUN_ARGS ?=
 TEST_TIMEOUT ?= 30m
 
-.PHONY: run build test vet controlplane bench-tools bench bench-full generate verify-generated bench-coordinator clean
+.PHONY: run build image test vet controlplane bench-tools bench bench-full generate verify-generated bench-coordinator clean
 
 ## run: build, bring up the local cluster (etcd, kube-apiserver, controller-manager, kwok nodes, 3 shard processes, demo queues and jobs); Ctrl-C stops it
 run: controlplane
@@ -21,9 +24,19 @@ build:
 	$(GO) build -buildvcs=auto -o $(BIN)/shardsched ./cmd/shardsched
 	$(GO) build -buildvcs=auto -o $(BIN)/kubectl-shardsched ./cmd/kubectl-shardsched
 
-## test: go vet + every test with the race detector, against the real control plane
+## image: the shard's OCI image, built here from the project's files with no registry or daemon: a static binary
+## as the only file, non-root, reproducible (same digest twice); written as an OCI layout in $(BIN)/shardsched-image.
+## Push with: skopeo copy oci:$(BIN)/shardsched-image:$(VERSION) docker://REGISTRY/shardsched:$(VERSION)
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -buildvcs=auto -ldflags="-s -w" -o $(BIN)/image/shardsched ./cmd/shardsched
+	cd hack/tools && $(GO) run ./image -binary ../../$(BIN)/image/shardsched -out ../../$(BIN)/shardsched-image \
+		-tag $(VERSION) -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+		-created "$$(git log -1 --format=%cI 2>/dev/null || echo 1970-01-01T00:00:00Z)"
+
+## test: go vet + every test with the race detector, against the real control plane (and the image's test)
 test: controlplane vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd hack/tools && $(GO) test -count=1 ./image
 
 vet:
 	$(GO) vet ./...
@@ -53,15 +66,16 @@ bench-tools:
 	@hack/controlplane.sh all >/dev/null
 	@hack/controlplane.sh kube-scheduler >/dev/null
 
-## generate: regenerate the Volcano-compatible CRDs from volcano.sh/apis with controller-gen
+## generate: regenerate the Volcano-compatible CRDs from volcano.sh/apis with controller-gen (deploy/crds and the chart's crds/)
 generate:
 	cd hack/tools && $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen \
 		crd:allowDangerousTypes=true paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 output:crd:dir=../../deploy/crds
+	cp deploy/crds/*.yaml charts/shardsched/crds/
 
 ## verify-generated: fail when deploy/crds is stale or go.mod is not tidy
 verify-generated: generate
 	$(GO) mod tidy
-	git diff --exit-code -- deploy/crds go.mod go.sum || { echo "generated files or go.mod are stale: run make generate && go mod tidy" >&2; exit 1; }
+	git diff --exit-code -- deploy/crds charts/shardsched/crds go.mod go.sum hack/tools/go.mod hack/tools/go.sum || { echo "generated files or go.mod are stale: run make generate && go mod tidy" >&2; exit 1; }
 
 clean:
 	rm -rf $(BIN)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -91,6 +92,12 @@ func render(t *testing.T, dir string) objects {
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr)
 	}
+	return decodeObjects(t, "kustomize output of "+dir, out)
+}
+
+// decodeObjects parses a YAML stream of Kubernetes objects.
+func decodeObjects(t *testing.T, what, out string) objects {
+	t.Helper()
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
 	var objs objects
 	for {
@@ -99,14 +106,14 @@ func render(t *testing.T, dir string) objects {
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			t.Fatalf("decode kustomize output of %s: %v", dir, err)
+			t.Fatalf("decode %s: %v", what, err)
 		}
 		if o != nil {
 			objs = append(objs, o)
 		}
 	}
 	if len(objs) == 0 {
-		t.Fatalf("kubectl kustomize %s rendered nothing", dir)
+		t.Fatalf("%s: nothing rendered", what)
 	}
 	return objs
 }
@@ -424,7 +431,7 @@ func checkStatefulSetShape(t *testing.T, objs objects, sts appsv1.StatefulSet, r
 }
 
 // checkShards checks the shard StatefulSet and returns its resolved flags.
-func checkShards(t *testing.T, objs objects) (appsv1.StatefulSet, map[string]string) {
+func checkShards(t *testing.T, objs objects, keys keyPolicy) (appsv1.StatefulSet, map[string]string) {
 	t.Helper()
 	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
 	checkStatefulSetShape(t, objs, sts, "/readyz", "/healthz")
@@ -488,11 +495,23 @@ func checkShards(t *testing.T, objs objects) (appsv1.StatefulSet, map[string]str
 	if !ok {
 		t.Fatalf("Secret %s has no %q for --gossip-key-file=%s", secret.Name, filepath.Base(keyFile), keyFile)
 	}
-	if validGossipKey(key) || !strings.Contains(string(key), "REPLACE-ME") {
+	switch {
+	case keys == placeholderKey && (validGossipKey(key) || !strings.Contains(string(key), "REPLACE-ME")):
 		t.Errorf("gossip key Secret %s holds %q: the repository must ship an invalid REPLACE-ME placeholder, never a usable key", secret.Name, key)
+	case keys == generatedKey && !validGossipKey(key):
+		t.Errorf("generated gossip key in Secret %s is not a usable key: %q", secret.Name, key)
 	}
 	return sts, f
 }
+
+// How the gossip key Secret is filled: deploy/ ships a placeholder that
+// fails closed; the chart generates a random key at install.
+type keyPolicy int
+
+const (
+	placeholderKey keyPolicy = iota
+	generatedKey
+)
 
 // secretBehind returns the Secret whose item is mounted at file in the pods of sts.
 func secretBehind(t *testing.T, objs objects, sts appsv1.StatefulSet, file string) corev1.Secret {
@@ -637,7 +656,7 @@ func checkCommon(t *testing.T, objs objects) {
 func TestKustomizeDeploy(t *testing.T) {
 	objs := render(t, ".")
 	checkCommon(t, objs)
-	_, f := checkShards(t, objs)
+	_, f := checkShards(t, objs, placeholderKey)
 	etcd := checkEtcd(t, objs)
 	var want []string
 	for i := range int(*etcd.Spec.Replicas) {
@@ -651,6 +670,19 @@ func TestKustomizeDeploy(t *testing.T) {
 			t.Errorf("--%s set for the in-cluster (plain HTTP) etcd", flag)
 		}
 	}
+	// The shards run the image `make image` tags with the Makefile's VERSION.
+	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^VERSION\s*:?=\s*(\S+)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("no VERSION in the Makefile")
+	}
+	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
+	if got, want := sts.Spec.Template.Spec.Containers[0].Image, "shardsched:"+string(m[1]); got != want {
+		t.Errorf("the shards run image %q, want %q (the Makefile's VERSION, which make image tags)", got, want)
+	}
 }
 
 // TestKustomizeExternalEtcd checks the rendered external-etcd overlay: no
@@ -663,7 +695,7 @@ func TestKustomizeExternalEtcd(t *testing.T) {
 			t.Errorf("overlay keeps the in-cluster etcd's %s %s", kindOf(o), n)
 		}
 	}
-	sts, f := checkShards(t, objs)
+	sts, f := checkShards(t, objs, placeholderKey)
 	for _, e := range strings.Split(f["etcd-endpoints"], ",") {
 		if !strings.HasPrefix(e, "https://") {
 			t.Errorf("external etcd endpoint %q is not https", e)

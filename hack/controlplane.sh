@@ -8,9 +8,10 @@
 #   $CACHE/kwok-v0.8.0/{kwok,stages/*.yaml}
 #   $CACHE/training-operator-v1.8.1/{training-operator.v1,crds/*.yaml}
 #     (Kubeflow's operator, run by the compatibility tests and `make run`)
+#   $CACHE/helm-v3.21.4/helm (lints and renders charts/shardsched in the tests)
 # where CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/shardsched.
 # Prints the bin directory (the layout testenv expects) on the last line.
-# Usage: hack/controlplane.sh [all|k8s|etcd|kwok|training-operator|kube-scheduler]
+# Usage: hack/controlplane.sh [all|k8s|etcd|kwok|training-operator|helm|kube-scheduler]
 set -euo pipefail
 
 K8S_VERSION=v1.36.3
@@ -18,6 +19,7 @@ K8S_STAGING_VERSION=v0.36.3
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 TRAINING_OPERATOR_VERSION=v1.8.1
+HELM_VERSION=v3.21.4
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/shardsched"
 # One set of build flags everywhere: -trimpath changes Go's cache keys.
 BUILD_FLAGS=(-trimpath)
@@ -173,14 +175,24 @@ build_training_operator() {
   rm -rf "$out/crds" && mv "$out/crds.tmp" "$out/crds"
 }
 
+build_helm() {
+  local out="$CACHE/helm-$HELM_VERSION"
+  [[ -x "$out/helm" ]] && return
+  log "building helm $HELM_VERSION"
+  mkdir -p "$out"
+  # Its go.mod has no replace directives: go install builds it as released.
+  run_with_progress helm env GOBIN="$out" go install "${BUILD_FLAGS[@]}" -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
 what=${1:-all}
 case "$what" in
-  all) build_etcd; build_kwok; build_training_operator; build_k8s ;;
+  all) build_etcd; build_kwok; build_training_operator; build_helm; build_k8s ;;
   k8s) build_k8s ;;
   etcd) build_etcd ;;
   kwok) build_kwok ;;
   training-operator) build_training_operator ;;
+  helm) build_helm ;;
   kube-scheduler) build_kube_scheduler ;;
-  *) echo "usage: $0 [all|k8s|etcd|kwok|training-operator|kube-scheduler]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|k8s|etcd|kwok|training-operator|helm|kube-scheduler]" >&2; exit 2 ;;
 esac
 echo "$CACHE"

@@ -64,3 +64,17 @@ func FindBinaries() (Binaries, error) {
 	}
 	return b, nil
 }
+
+// HelmVersion is the helm hack/controlplane.sh builds; the chart's tests
+// lint and render charts/shardsched with it.
+const HelmVersion = "v3.21.4"
+
+// FindHelm returns the cached helm binary, or an error naming the command
+// that builds it.
+func FindHelm() (string, error) {
+	p := filepath.Join(CacheDir(), "helm-"+HelmVersion, "helm")
+	if _, err := os.Stat(p); err != nil {
+		return p, fmt.Errorf("helm %s is missing (run `make controlplane` or hack/controlplane.sh helm): %w", p, err)
+	}
+	return p, nil
+}

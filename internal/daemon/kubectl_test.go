@@ -46,7 +46,9 @@ func (ev *env) kubectl(args ...string) (string, error) {
 		base = append(base, "--as", ev.asUser)
 	}
 	cmd.SetArgs(append(base, args...))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: the plugin lists every pod, and under -race on a loaded
+	// machine the API server can take a while.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := cmd.ExecuteContext(ctx)
 	return out.String(), err

@@ -1,0 +1,236 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/shardsched/shardsched/internal/cluster"
+	"github.com/shardsched/shardsched/internal/testenv"
+)
+
+// The chart lives beside deploy/; its tests are here, where the manifests
+// it must agree with are rendered.
+var (
+	chartDir          = filepath.Join("..", "charts", "shardsched")
+	externalEtcdChart = filepath.Join(chartDir, "ci", "external-etcd-values.yaml")
+)
+
+// helm returns the cached helm, or skips outside CI when it is missing.
+func helm(t *testing.T) string {
+	t.Helper()
+	p, err := cluster.FindHelm()
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatalf("CI is set and helm is missing: %v", err)
+		}
+		t.Skipf("helm not built: %v", err)
+	}
+	return p
+}
+
+// helmTemplate renders the chart as release "shardsched" in namespace ns.
+func helmTemplate(t *testing.T, ns string, args ...string) (objects, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	full := append([]string{"template", "shardsched", chartDir, "--namespace", ns, "--include-crds"}, args...)
+	out, stderr, err := run(ctx, nil, helm(t), full...)
+	if err != nil {
+		return nil, &helmError{err: err, stderr: stderr}
+	}
+	return decodeObjects(t, "helm template "+strings.Join(args, " "), out), nil
+}
+
+type helmError struct {
+	err    error
+	stderr string
+}
+
+func (e *helmError) Error() string { return e.err.Error() + ": " + e.stderr }
+
+func TestHelmLint(t *testing.T) {
+	h := helm(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, args := range [][]string{{"lint", "--strict", chartDir}, {"lint", "--strict", chartDir, "-f", externalEtcdChart}} {
+		out, stderr, err := run(ctx, nil, h, args...)
+		if err != nil {
+			t.Errorf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr)
+		}
+	}
+}
+
+// TestHelmChartIsTheDeployInstall renders the chart with its defaults as
+// release "shardsched" in namespace "shardsched" and holds it to the checks
+// deploy/ passes: the same least-privilege RBAC, the same shard flags,
+// ports, probes and security; the same CRDs; and the image tag `make image`
+// builds.
+func TestHelmChartIsTheDeployInstall(t *testing.T) {
+	objs, err := helmTemplate(t, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCRDs(t, objs)
+	checkRBAC(t, objs)
+	_, f := checkShards(t, objs, generatedKey)
+	want := []string{}
+	for i := range 3 {
+		want = append(want, fmt.Sprintf("http://shardsched-etcd-%d.shardsched-etcd.shardsched.svc:2379", i))
+	}
+	if got := f["etcd-endpoints"]; got != strings.Join(want, ",") {
+		t.Errorf("--etcd-endpoints=%q, want the chart's etcd members %q", got, strings.Join(want, ","))
+	}
+	// The same shard container as deploy/ renders, flag for flag.
+	_, df := checkShards(t, render(t, "."), placeholderKey)
+	for k, v := range df {
+		if k == "etcd-endpoints" {
+			continue
+		}
+		if f[k] != v {
+			t.Errorf("--%s: the chart sets %q, deploy/ %q", k, f[k], v)
+		}
+	}
+	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
+	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^VERSION\s*:?=\s*(\S+)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("no VERSION in the Makefile")
+	}
+	if got := sts.Spec.Template.Spec.Containers[0].Image; got != "shardsched:"+string(m[1]) {
+		t.Errorf("the chart's shards run %q, want shardsched:%s (the Makefile's VERSION)", got, m[1])
+	}
+	var chart struct{ Version, AppVersion string }
+	b, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &chart); err != nil || chart.AppVersion != string(m[1]) {
+		t.Errorf("Chart.yaml appVersion %q (err %v), want the Makefile's VERSION %s", chart.AppVersion, err, m[1])
+	}
+	// A gossip key is generated: a usable 32-byte key, new at each render.
+	sec := one[corev1.Secret](t, objs, "Secret", "shardsched-gossip-key")
+	if key := sec.Data["key"]; len(key) != 32 {
+		t.Errorf("generated gossip key is %d bytes, want 32", len(key))
+	}
+	again, err := helmTemplate(t, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k2 := one[corev1.Secret](t, again, "Secret", "shardsched-gossip-key").Data["key"]; string(k2) == string(sec.Data["key"]) {
+		t.Error("two renders generated the same gossip key")
+	}
+	one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched-etcd")
+}
+
+// TestHelmChartExternalEtcd renders the external-etcd example: no etcd of
+// its own, the endpoints and the client TLS files from the named Secret, no
+// generated gossip key (an existing Secret is named), a ServiceMonitor and
+// the OTel variables; and refuses values that cannot work, naming them.
+func TestHelmChartExternalEtcd(t *testing.T) {
+	objs, err := helmTemplate(t, namespace, "-f", externalEtcdChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if name, _ := meta(o); strings.Contains(name, "etcd") && kindOf(o) != "CustomResourceDefinition" {
+			t.Errorf("%s %s rendered with an external etcd", kindOf(o), name)
+		}
+		if kindOf(o) == "Secret" {
+			name, _ := meta(o)
+			t.Errorf("Secret %s rendered though gossip.existingSecret is set", name)
+		}
+	}
+	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
+	c := sts.Spec.Template.Spec.Containers[0]
+	f := resolveArgs(t, objs, c)
+	if got := f["etcd-endpoints"]; got != "https://etcd-0.example.internal:2379,https://etcd-1.example.internal:2379,https://etcd-2.example.internal:2379" {
+		t.Errorf("--etcd-endpoints=%q", got)
+	}
+	for flag, file := range map[string]string{"etcd-ca-file": "ca.crt", "etcd-cert-file": "tls.crt", "etcd-key-file": "tls.key"} {
+		if f[flag] != "/etc/shardsched/etcd-tls/"+file {
+			t.Errorf("--%s=%q", flag, f[flag])
+		}
+	}
+	vols := map[string]string{}
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			vols[v.Name] = v.Secret.SecretName
+		}
+	}
+	if vols["etcd-tls"] != "shardsched-etcd-tls" || vols["gossip-key"] != "shardsched-gossip-key" {
+		t.Errorf("secret volumes %v", vols)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "OTEL_EXPORTER_OTLP_ENDPOINT" && e.Value == "http://otel-collector.observability:4317"
+	}) {
+		t.Errorf("OTel endpoint not in the shard's env: %v", c.Env)
+	}
+	if !slices.ContainsFunc(objs, func(o map[string]any) bool { return kindOf(o) == "ServiceMonitor" }) {
+		t.Error("no ServiceMonitor though metrics.serviceMonitor.enabled")
+	}
+
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "replicas=0"}, "replicas must be at least 1"},
+		{[]string{"--set", "partitions=0"}, "partitions must be between"},
+		{[]string{"--set", "etcd.enabled=false"}, "externalEtcd.endpoints is required"},
+		{[]string{"-f", externalEtcdChart, "--set", "externalEtcd.tlsSecret="}, "externalEtcd.tlsSecret is required"},
+	} {
+		_, err := helmTemplate(t, namespace, bad.args...)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("helm template %v: %v, want an error saying %q", bad.args, err, bad.want)
+		}
+	}
+}
+
+// TestHelmServerDryRun applies what the chart renders, with its defaults
+// and with the external-etcd example, to the test kube-apiserver with
+// --dry-run=server (schema validation, admission with Pod Security
+// "restricted", RBAC escalation checks), in a namespace of its own.
+func TestHelmServerDryRun(t *testing.T) {
+	cp.Require(t)
+	kc := kubectl(t)
+	const ns = "shardsched-helm"
+	nsObj := []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"` + ns + `","labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if out, stderr, err := run(ctx, nsObj, kc, "--kubeconfig", cp.Kubeconfig, "apply", "-f", "-"); err != nil {
+		t.Fatalf("create namespace: %v\n%s%s", err, out, stderr)
+	}
+	for _, values := range [][]string{nil, {"-f", externalEtcdChart, "--set", "metrics.serviceMonitor.enabled=false"}} {
+		args := append([]string{"template", "shardsched", chartDir, "--namespace", ns, "--include-crds"}, values...)
+		manifest, stderr, err := run(ctx, nil, helm(t), args...)
+		if err != nil {
+			t.Fatalf("helm %v: %v\n%s", args, err, stderr)
+		}
+		n := len(decodeObjects(t, "helm template", manifest))
+		out, stderr, err := run(ctx, []byte(manifest), kc, "--kubeconfig", cp.Kubeconfig, "apply", "--dry-run=server", "-f", "-")
+		if err != nil {
+			t.Fatalf("helm template %v | kubectl apply --dry-run=server: %v\n%s%s", values, err, out, stderr)
+		}
+		if got := strings.Count(out, "(server dry run)"); got != n {
+			t.Errorf("dry run reported %d objects, the chart rendered %d:\n%s", got, n, out)
+		}
+		for _, line := range strings.Split(stderr, "\n") {
+			if strings.HasPrefix(line, "Warning:") && !strings.Contains(line, "last-applied-configuration") {
+				t.Errorf("helm template %v | kubectl apply --dry-run=server: %s", values, line)
+			}
+		}
+	}
+}
