@@ -225,6 +225,9 @@ func run(o options) error {
 			fmt.Printf("why:        %s --kubeconfig %s queues   (or: explain podgroup NAME -n NAMESPACE)\n", plugin, cp.Kubeconfig)
 		}
 	}
+	if len(shards) > 0 {
+		fmt.Printf("web UI:     http://%s/ui/   (every shard serves it on its HTTP port)\n", shards[0].httpAddr)
+	}
 	fmt.Printf("logs:       %s\n", filepath.Join(dir, "controlplane"))
 	fmt.Println("Ctrl-C stops every process and removes the state; kill a shard's pid to watch the others take over.")
 

@@ -33,12 +33,12 @@ type shardProc struct {
 	done     chan struct{}
 }
 
-// startShards runs n shard processes gossiping on loopback, with
-// environment env (nil: this process's).
 // statusNamespace is where the local shards keep their status Leases, the
 // namespace deploy/ installs into.
 const statusNamespace = "shardsched"
 
+// startShards runs n shard processes gossiping on loopback, with
+// environment env (nil: this process's).
 func startShards(dir, bin, kubeconfig, etcd string, n, partitions int, schedulerName string, env []string) ([]*shardProc, error) {
 	var out []*shardProc
 	var seed string

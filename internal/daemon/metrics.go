@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/internal/ui"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -135,6 +136,9 @@ func (d *Daemon) Handler() http.Handler {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	// The read-only web UI (internal/ui).
+	mux.Handle("/ui/", ui.Handler(d.overview))
+	mux.Handle("/{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	return mux
 }
 

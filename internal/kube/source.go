@@ -405,3 +405,17 @@ func unwrap(o any) any {
 	}
 	return o
 }
+
+// Objects returns the Queues and PodGroups in the informer cache (shared:
+// the caller must not modify them), for read-only views such as the web UI.
+func (s *Source) Objects() ([]*schedv1beta1.Queue, []*schedv1beta1.PodGroup, error) {
+	qs, err := s.queueLst.List(labels.Everything())
+	if err != nil {
+		return nil, nil, err
+	}
+	pgs, err := s.pgLst.List(labels.Everything())
+	if err != nil {
+		return nil, nil, err
+	}
+	return qs, pgs, nil
+}
