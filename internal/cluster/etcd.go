@@ -5,9 +5,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Etcd is an in-process etcd server.
@@ -16,6 +20,41 @@ type Etcd struct {
 	dir       string // removed on Close when owned
 	e         *embed.Etcd
 	cfg       *embed.Config
+	// closing is set while this process stops etcd on purpose: its
+	// listeners then fail with "use of closed network connection", which
+	// etcd logs as errors; they are dropped (a clean Ctrl-C of make run
+	// printed four).
+	closing *atomic.Bool
+}
+
+// quietClose drops etcd's "serving failed" errors while it is being
+// stopped on purpose; everything else passes.
+type quietClose struct {
+	zapcore.Core
+	closing *atomic.Bool
+}
+
+func (q *quietClose) With(f []zapcore.Field) zapcore.Core {
+	return &quietClose{Core: q.Core.With(f), closing: q.closing}
+}
+
+func (q *quietClose) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if q.closing.Load() && strings.Contains(e.Message, "serving from embedded etcd failed") {
+		return ce
+	}
+	return q.Core.Check(e, ce)
+}
+
+// etcdLogger is etcd's own JSON logger on stderr at level, with quietClose.
+func etcdLogger(level string, closing *atomic.Bool) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("etcd log level %q: %w", level, err)
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = nil
+	return zc.Build(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return &quietClose{Core: c, closing: closing} }))
 }
 
 // EtcdOptions tunes the embedded etcd.
@@ -72,6 +111,12 @@ func startEtcdOnce(opts EtcdOptions) (*Etcd, error) {
 	if opts.LogLevel != "" {
 		cfg.LogLevel = opts.LogLevel
 	}
+	closing := new(atomic.Bool)
+	lg, err := etcdLogger(cfg.LogLevel, closing)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	cfg.UnsafeNoFsync = opts.NoFsync
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -83,13 +128,14 @@ func startEtcdOnce(opts EtcdOptions) (*Etcd, error) {
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
+		closing.Store(true)
 		e.Close()
 		if owned {
 			os.RemoveAll(dir)
 		}
 		return nil, fmt.Errorf("embedded etcd not ready after 30s")
 	}
-	out := &Etcd{Endpoints: []string{cu.String()}, e: e, cfg: cfg}
+	out := &Etcd{Endpoints: []string{cu.String()}, e: e, cfg: cfg, closing: closing}
 	if owned {
 		out.dir = dir
 	}
@@ -102,9 +148,11 @@ func (e *Etcd) Restart() error {
 	if e == nil || e.e == nil {
 		return fmt.Errorf("etcd is not running")
 	}
+	e.closing.Store(true)
 	e.e.Close()
 	<-e.e.Server.StopNotify()
 	e.e = nil
+	e.closing.Store(false)
 	var err error
 	for attempt := 0; attempt < 10; attempt++ {
 		var ne *embed.Etcd
@@ -129,6 +177,7 @@ func (e *Etcd) Close() {
 	if e == nil || e.e == nil {
 		return
 	}
+	e.closing.Store(true)
 	e.e.Close()
 	<-e.e.Server.StopNotify()
 	e.e = nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
@@ -94,7 +95,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o.kube.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVar(&o.schedulerName, "scheduler-name", "volcano", "schedulerName of the pods shardsched serves (its --scheduler-name)")
 	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (text when empty)")
-	root.AddCommand(explainCommand(o), queuesCommand(o), shardsCommand(o), &cobra.Command{
+	root.AddCommand(explainCommand(o), queuesCommand(o), shardsCommand(o), topCommand(o), &cobra.Command{
 		Use:   "version",
 		Short: "Print the plugin's version",
 		Args:  cobra.NoArgs,
@@ -234,5 +235,36 @@ func shardsCommand(o *options) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&ns, "shards-namespace", "shardsched", "namespace the shards run in (their status Leases are there)")
+	return cmd
+}
+
+func topCommand(o *options) *cobra.Command {
+	var n int
+	var window time.Duration
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Show the busiest queues, the jobs slowest from creation to bound, and those waiting longest",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.checkOutput(); err != nil {
+				return err
+			}
+			if n < 1 || window <= 0 {
+				return fmt.Errorf("--rows %d and --window %s: both must be positive", n, window)
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			w, err := c.World(cmd.Context(), metav1.NamespaceAll)
+			if err != nil {
+				return err
+			}
+			t := MakeTop(w, time.Now(), n, window)
+			return o.print(t, func(out io.Writer) error { return WriteTop(out, t) })
+		},
+	}
+	cmd.Flags().IntVar(&n, "rows", 10, "rows per list")
+	cmd.Flags().DurationVar(&window, "window", time.Hour, "slowest jobs among those bound within this long")
 	return cmd
 }

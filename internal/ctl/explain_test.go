@@ -289,3 +289,47 @@ func TestQueueTreeShowsTreeAndLeftOutQueues(t *testing.T) {
 	t.Logf("\n%s", buf.String())
 	wantIn(t, "table", buf.String(), "    nlp", "[#######...] 3/4", "LEFT OUT")
 }
+
+func TestTopBusiestQueuesAndSlowestJobs(t *testing.T) {
+	w := &world{}
+	full := w.queue("full", "root", "4")
+	full.Status = schedv1beta1.QueueStatus{Allocated: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}, Running: 1}
+	half := w.queue("half", "root", "8")
+	half.Status = schedv1beta1.QueueStatus{Allocated: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}, Running: 2}
+	w.queue("idle", "root", "8")
+	w.group("fast", "half", 1, schedv1beta1.PodGroupRunning, time.Hour)
+	w.group("slow", "full", 1, schedv1beta1.PodGroupRunning, time.Hour)
+	w.group("stuck", "half", 1, schedv1beta1.PodGroupPending, time.Hour)
+	bound := func(name, group string, created, scheduled time.Duration) {
+		w.pod(name, group, "1", "n1")
+		p := &w.Pods[len(w.Pods)-1]
+		p.CreationTimestamp = metav1.NewTime(t0.Add(-created))
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-scheduled))}}
+	}
+	bound("fast-0", "fast", 10*time.Minute, 10*time.Minute-time.Second)
+	bound("slow-0", "slow", 20*time.Minute, 10*time.Minute)
+	bound("slow-1", "slow", 20*time.Minute, 19*time.Minute)
+	bound("old-0", "fast", 3*time.Hour, 2*time.Hour) // bound outside the window
+	w.pod("stuck-0", "stuck", "1", "")
+	w.Pods[len(w.Pods)-1].CreationTimestamp = metav1.NewTime(t0.Add(-5 * time.Minute))
+	top := MakeTop(&w.World, t0, 10, time.Hour)
+	var qs []string
+	for _, q := range top.Queues {
+		qs = append(qs, q.Queue)
+	}
+	if strings.Join(qs, " ") != "full half" {
+		t.Errorf("busiest queues %v, want full (100%%) then half (50%%), idle left out", qs)
+	}
+	if len(top.Slowest) != 2 || top.Slowest[0].Job != "ns/slow" || top.Slowest[0].Wait != "10m0s" || top.Slowest[0].Pods != 2 || top.Slowest[1].Wait != "1s" {
+		t.Errorf("slowest = %+v", top.Slowest)
+	}
+	if len(top.Waiting) != 1 || top.Waiting[0].Job != "ns/stuck" || top.Waiting[0].Wait != "5m0s" || top.Waiting[0].Queue != "half" {
+		t.Errorf("waiting = %+v", top.Waiting)
+	}
+	var buf bytes.Buffer
+	if err := WriteTop(&buf, top); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", buf.String())
+	wantIn(t, "top", buf.String(), "100%", "ns/slow", "ns/stuck")
+}

@@ -51,7 +51,8 @@ func (c Client) Queues(ctx context.Context) ([]schedv1beta1.Queue, error) {
 	return l.Items, nil
 }
 
-// World reads everything an explanation of a job in namespace ns needs.
+// World reads everything an explanation of a job in namespace ns needs
+// (with ns empty, no events).
 func (c Client) World(ctx context.Context, ns string) (*World, error) {
 	w := &World{}
 	var err error
@@ -90,6 +91,9 @@ func (c Client) World(ctx context.Context, ns string) (*World, error) {
 		return nil, fmt.Errorf("list priorityclasses: %w", err)
 	}
 	w.PriorityClasses = pcs.Items
+	if ns == metav1.NamespaceAll {
+		return w, nil // events only for the namespace of a job explained
+	}
 	evs, err := c.CS.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list events in %s: %w", ns, err)

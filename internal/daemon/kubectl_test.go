@@ -164,6 +164,19 @@ func TestKubectlPluginExplainsAWaitingGang(t *testing.T) {
 	if err != nil || !strings.Contains(out, "bound to node kc-node-") {
 		t.Errorf("explain pod wait-1 after binding: err %v\n%s", err, out)
 	}
+	// top: the gang that waited for quota is among the slowest jobs, its
+	// time from creation to bound read from the pods' PodScheduled.
+	out, err = ev.kubectl("top", "-o", "json")
+	var top ctl.Top
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &top)
+	}
+	if err != nil || !slices.ContainsFunc(top.Slowest, func(j ctl.TopJob) bool { return j.Job == ev.ns+"/wait" && j.Pods == 2 }) {
+		t.Errorf("top: err %v, slowest %+v", err, top.Slowest)
+	}
+	if out, err := ev.kubectl("top"); err == nil {
+		t.Logf("kubectl shardsched top:\n%s", out)
+	}
 
 	// Bad input gets an error that names it, and no output.
 	for _, args := range [][]string{{"explain", "node", "x"}, {"queues", "-o", "xml"}, {"explain", "pod", "nope"}, {"explain", "pod"}} {
