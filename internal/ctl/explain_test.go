@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -332,4 +333,24 @@ func TestTopBusiestQueuesAndSlowestJobs(t *testing.T) {
 	}
 	t.Logf("\n%s", buf.String())
 	wantIn(t, "top", buf.String(), "100%", "ns/slow", "ns/stuck")
+}
+
+// BenchmarkQueueTree1000 is the queue view of a 1,000-queue tree (10
+// parents × 99 leaves), as the plugin's queues command and the web UI
+// build it on every refresh.
+func BenchmarkQueueTree1000(b *testing.B) {
+	w := &world{}
+	for p := range 10 {
+		parent := fmt.Sprintf("p%d", p)
+		w.queue(parent, "root", "1000")
+		for l := range 99 {
+			w.queue(fmt.Sprintf("%s-l%d", parent, l), parent, "10")
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if rows := QueueTree(w.Queues); len(rows) != 1002 {
+			b.Fatalf("%d rows", len(rows))
+		}
+	}
 }
