@@ -63,6 +63,15 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 				phase = api.JobUnknown
 			}
 			s.syncPhase(j, phase, bound)
+			if bound == 0 && len(pending) == 0 {
+				// Its gang ran and every pod is gone without finishing
+				// (deleted, evicted, scaled to zero) while the PodGroup
+				// stays: nothing is bound for the reservation to cover,
+				// so the quota goes back now; pods that come later are
+				// admitted again like a new gang.
+				gone = append(gone, j.UID)
+				continue
+			}
 		}
 		if s.podsLate(j, len(pending), bound, done) {
 			gone = append(gone, j.UID)

@@ -259,6 +259,16 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		w.r.c.DeleteJob(wj.job.UID)
 		return w.check()
+	case "delete-pods":
+		// The job's pods are deleted (gone at once); its PodGroup stays.
+		wj := w.jobs[argStr(d, "job", "")]
+		for _, uid := range wj.tasks {
+			if !w.done[uid] {
+				w.r.c.DeleteTask(uid)
+				w.done[uid] = true
+			}
+		}
+		return w.check()
 	case "terminate":
 		// The PodGroup is deleted; its bound tasks are being deleted and
 		// still hold their nodes (grace period); the unbound ones are gone.
