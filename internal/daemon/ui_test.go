@@ -58,7 +58,7 @@ func artifactDir(t *testing.T) string {
 
 // TestWebUIInARealBrowser opens the shard's web UI in headless Chromium: the
 // page shows the shard, the queue tree that exists and a gang waiting for
-// quota with the scheduler's reason; when the job holding the quota goes
+// quota with the scheduler's reason; when the pod holding the quota goes
 // and the gang is bound, the open page updates by itself (binds counted,
 // the gang gone from the waiting list, the queue's allocation). A
 // screenshot is kept as a test artefact.
@@ -122,12 +122,9 @@ func TestWebUIInARealBrowser(t *testing.T) {
 	}
 	t.Logf("waiting, as the page shows it: %s", strings.Join(strings.Fields(waiting), " "))
 
-	// The holder's job ends (its pod and PodGroup deleted): the gang is
-	// bound, and the open page follows.
+	// The holder's pod is deleted (its PodGroup stays, holding nothing):
+	// the gang is bound, and the open page follows.
 	if err := ev.cs.CoreV1().Pods(ev.ns).Delete(context.Background(), "ui-hold-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Delete(context.Background(), "ui-hold", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ev.eventually("the gang is bound", 30*time.Second, func() bool { return ev.boundCount("ui-gang", 2) == 2 })
