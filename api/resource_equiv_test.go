@@ -87,3 +87,45 @@ func BenchmarkResourceAdd(b *testing.B) {
 		_, _ = x.Add(y)
 	}
 }
+
+// QuotaSum is folding Add over Task.Quota, in one pass: on random tasks
+// (requests with and without "pods", other scalars, zero entries) both
+// give the same amount, and QuotaSum reports overflow where the fold does.
+func TestQuotaSumMatchesFoldedAdd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	small := func() int64 { return rng.Int64N(5000) }
+	for i := range 3000 {
+		use := NewResource(small(), small(), map[string]int64{Pods: rng.Int64N(4), "nvidia.com/gpu": rng.Int64N(2)})
+		n := rng.IntN(6)
+		tasks := make([]*Task, n)
+		for k := range tasks {
+			req := Resource{MilliCPU: small(), Memory: small()}
+			if rng.IntN(2) == 0 {
+				req = req.With(Pods, 1)
+			}
+			if rng.IntN(3) == 0 {
+				req = req.With("nvidia.com/gpu", rng.Int64N(3))
+			}
+			if i%500 == 0 && k == 0 {
+				req.MilliCPU = math.MaxInt64 // overflow now and then
+			}
+			tasks[k] = &Task{Request: req}
+		}
+		want, wantOK := use, true
+		for _, tk := range tasks {
+			next, err := want.Add(tk.Quota())
+			if err != nil {
+				wantOK = false
+				break
+			}
+			want = next
+		}
+		got, ok := QuotaSum(use, tasks)
+		if ok != wantOK {
+			t.Fatalf("case %d: ok %v, the fold's %v (use %v, %d tasks)", i, ok, wantOK, use, n)
+		}
+		if ok && !reflect.DeepEqual(got, want) {
+			t.Fatalf("case %d: QuotaSum = %#v, folded Add = %#v", i, got, want)
+		}
+	}
+}

@@ -66,6 +66,12 @@ func resizeTargets(j *api.Job, pending []*api.Task, sum cache.JobSummary, room a
 		}
 	}
 	targets := []api.Resource{floor}
+	// Most often the floor already covers every pending task (a gang whose
+	// minMember is its size): then it covers every prefix too (requests
+	// are not negative) and the loop below would add nothing.
+	if all, ok := api.QuotaSum(use, pending); ok && all.LessEqual(floor) {
+		return targets
+	}
 	acc := use
 	for _, t := range pending {
 		if len(targets) >= maxTargets {
@@ -87,6 +93,9 @@ func resizeTargets(j *api.Job, pending []*api.Task, sum cache.JobSummary, room a
 // covered returns how many of tasks, taken in order, the reservation
 // amount covers on top of what the job's bound tasks use.
 func covered(amount, use api.Resource, tasks []*api.Task) int {
+	if all, ok := api.QuotaSum(use, tasks); ok && all.LessEqual(amount) {
+		return len(tasks) // the common case, in one sum
+	}
 	acc := use
 	for i, t := range tasks {
 		next, err := acc.Add(taskQuota(t))
