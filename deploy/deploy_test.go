@@ -671,6 +671,15 @@ func TestKustomizeDeploy(t *testing.T) {
 		}
 	}
 	// The shards run the image `make image` tags with the Makefile's VERSION.
+	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
+	if got, want := sts.Spec.Template.Spec.Containers[0].Image, "shardsched:"+makefileVersion(t); got != want {
+		t.Errorf("the shards run image %q, want %q (the Makefile's VERSION, which make image tags)", got, want)
+	}
+}
+
+// makefileVersion is the Makefile's VERSION, the tag `make image` builds.
+func makefileVersion(t *testing.T) string {
+	t.Helper()
 	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
 	if err != nil {
 		t.Fatal(err)
@@ -679,10 +688,7 @@ func TestKustomizeDeploy(t *testing.T) {
 	if m == nil {
 		t.Fatal("no VERSION in the Makefile")
 	}
-	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
-	if got, want := sts.Spec.Template.Spec.Containers[0].Image, "shardsched:"+string(m[1]); got != want {
-		t.Errorf("the shards run image %q, want %q (the Makefile's VERSION, which make image tags)", got, want)
-	}
+	return string(m[1])
 }
 
 // TestKustomizeExternalEtcd checks the rendered external-etcd overlay: no

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -102,24 +101,17 @@ func TestHelmChartIsTheDeployInstall(t *testing.T) {
 		}
 	}
 	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
-	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^VERSION\s*:?=\s*(\S+)$`).FindSubmatch(mk)
-	if m == nil {
-		t.Fatal("no VERSION in the Makefile")
-	}
-	if got := sts.Spec.Template.Spec.Containers[0].Image; got != "shardsched:"+string(m[1]) {
-		t.Errorf("the chart's shards run %q, want shardsched:%s (the Makefile's VERSION)", got, m[1])
+	version := makefileVersion(t)
+	if got := sts.Spec.Template.Spec.Containers[0].Image; got != "shardsched:"+version {
+		t.Errorf("the chart's shards run %q, want shardsched:%s (the Makefile's VERSION)", got, version)
 	}
 	var chart struct{ Version, AppVersion string }
 	b, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := yaml.Unmarshal(b, &chart); err != nil || chart.AppVersion != string(m[1]) {
-		t.Errorf("Chart.yaml appVersion %q (err %v), want the Makefile's VERSION %s", chart.AppVersion, err, m[1])
+	if err := yaml.Unmarshal(b, &chart); err != nil || chart.AppVersion != version {
+		t.Errorf("Chart.yaml appVersion %q (err %v), want the Makefile's VERSION %s", chart.AppVersion, err, version)
 	}
 	// A gossip key is generated: a usable 32-byte key, new at each render.
 	sec := one[corev1.Secret](t, objs, "Secret", "shardsched-gossip-key")
