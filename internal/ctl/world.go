@@ -64,26 +64,14 @@ func (c Client) World(ctx context.Context, ns string) (*World, error) {
 		return nil, fmt.Errorf("list podgroups: %w", err)
 	}
 	w.Groups = groups.Items
-	pods := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	if err := eachItem(ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return c.CS.CoreV1().Pods("").List(ctx, o)
-	})
-	if err := pods.EachListItem(ctx, metav1.ListOptions{}, func(o runtime.Object) error {
-		if p, ok := o.(*corev1.Pod); ok {
-			w.Pods = append(w.Pods, *p)
-		}
-		return nil
-	}); err != nil {
+	}, func(p *corev1.Pod) { w.Pods = append(w.Pods, *p) }); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	nodes := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	if err := eachItem(ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return c.CS.CoreV1().Nodes().List(ctx, o)
-	})
-	if err := nodes.EachListItem(ctx, metav1.ListOptions{}, func(o runtime.Object) error {
-		if n, ok := o.(*corev1.Node); ok {
-			w.Nodes = append(w.Nodes, *n)
-		}
-		return nil
-	}); err != nil {
+	}, func(n *corev1.Node) { w.Nodes = append(w.Nodes, *n) }); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	pcs, err := c.CS.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{})
@@ -100,4 +88,14 @@ func (c Client) World(ctx context.Context, ns string) (*World, error) {
 	}
 	w.Events = evs.Items
 	return w, nil
+}
+
+// eachItem lists page by page and hands every item of type T to add.
+func eachItem[T any](ctx context.Context, list func(context.Context, metav1.ListOptions) (runtime.Object, error), add func(*T)) error {
+	return pager.New(list).EachListItem(ctx, metav1.ListOptions{}, func(o runtime.Object) error {
+		if v, ok := o.(any).(*T); ok {
+			add(v)
+		}
+		return nil
+	})
 }
