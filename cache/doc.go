@@ -20,7 +20,7 @@
 //   - Optimistic binding: Assume books a pending task onto a node before the
 //     bind call returns, Forget undoes it, and the informer update that shows
 //     the pod bound confirms it without counting it twice.
-//   - Snapshots (failure F1, STYLE item 1): UpdateSnapshot refreshes a
+//   - Snapshots (failure F1, docs/design.md): UpdateSnapshot refreshes a
 //     Snapshot by generation, copying only the nodes whose books changed and
 //     dropping deleted ones; it also carries the pending tasks, every task
 //     of the jobs that have pending tasks, and every job, each copied again
