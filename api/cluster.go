@@ -96,6 +96,9 @@ type Task struct {
 	Priority      int32
 	SchedulerName string
 	Created       time.Time
+	// Protected: the pod says volcano.sh/preemptable "false"; its job is
+	// never a victim of reclaim or preemption.
+	Protected bool
 }
 
 // Key is the task's namespace/name.
@@ -137,6 +140,9 @@ type Job struct {
 	Implicit bool
 	// ResourceVersion is the PodGroup's, for delete preconditions (F4).
 	ResourceVersion string
+	// Protected: the PodGroup says volcano.sh/preemptable "false"; the
+	// job is never a victim of reclaim or preemption.
+	Protected bool
 }
 
 // Key is the job's namespace/name.

@@ -60,13 +60,24 @@ type QueueSpec struct {
 	// controller owns Queue.status.state and sets it Closing or Closed
 	// (cascading to children); what runs keeps running.
 	Closed bool `json:",omitempty"`
+	// NotReclaimable is Volcano's spec.reclaimable set to false: what
+	// this queue uses above its deserved share is never taken back by
+	// another queue (its own jobs may still preempt each other).
+	NotReclaimable bool `json:",omitempty"`
+	// Priority is Volcano's spec.priority: when quota is taken back, the
+	// queues of lower priority give first (after the most over-deserved).
+	Priority int32 `json:",omitempty"`
 }
+
+// Reclaimable reports whether what the queue borrowed may be taken back.
+func (s QueueSpec) Reclaimable() bool { return !s.NotReclaimable }
 
 // Equal reports whether two specs declare the same queue, field by field
 // (amounts compared by value, a zero scalar equal to an absent one).
 func (s QueueSpec) Equal(o QueueSpec) bool {
 	return s.Name == o.Name && s.Parent == o.Parent && s.Weight == o.Weight &&
-		s.DequeueStrategy == o.DequeueStrategy && s.Closed == o.Closed && limitsEqual(s.Capability, o.Capability) &&
+		s.DequeueStrategy == o.DequeueStrategy && s.Closed == o.Closed && s.NotReclaimable == o.NotReclaimable &&
+		s.Priority == o.Priority && limitsEqual(s.Capability, o.Capability) &&
 		s.Deserved.Equal(o.Deserved) && s.Guarantee.Equal(o.Guarantee)
 }
 

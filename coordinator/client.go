@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -141,13 +142,24 @@ type Result struct {
 	Refused      *QuotaError
 	Reservations []Reservation
 	Specs        []api.QueueSpec
-	Seq          Seq
+	// Victims: for a Reserve answered with a nominated reservation, the
+	// reservations that must give quota back first.
+	Victims []Reservation
+	Seq     Seq
 }
 
 // Reserve asks for amount on queue and all its ancestors for job. A refusal
 // for lack of quota is a *QuotaError (errors.As); bad input wraps ErrInvalid.
 // Result.Seq is set for refusals too.
 func (c *Client) Reserve(ctx context.Context, job JobRef, queue string, amount api.Resource) (Result, error) {
+	return c.ReserveWith(ctx, job, queue, amount, nil)
+}
+
+// ReserveWith is Reserve with the job's terms recorded on its reservation.
+// With terms.Reclaim a job that does not fit may be answered with a
+// Nominated reservation (Result.Victims say who gives quota back) instead
+// of a *QuotaError; asking again promotes it once the victims are gone.
+func (c *Client) ReserveWith(ctx context.Context, job JobRef, queue string, amount api.Resource, terms *Terms) (Result, error) {
 	ctx, span := c.cfg.Tracer.Tracer("shardsched/coordinator").Start(ctx, "coordinator.reserve",
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("job", job.Namespace+"/"+job.Name), attribute.String("queue", queue), attribute.String("shard", c.cfg.Shard)))
@@ -156,7 +168,7 @@ func (c *Client) Reserve(ctx context.Context, job JobRef, queue string, amount a
 	if c.cfg.LeaseFunc != nil {
 		lease = c.cfg.LeaseFunc()
 	}
-	req := ReserveRequest{Job: job, Queue: queue, Amount: amount, Lease: int64(lease), Shard: c.cfg.Shard}
+	req := ReserveRequest{Job: job, Queue: queue, Amount: amount, Lease: int64(lease), Shard: c.cfg.Shard, Terms: terms}
 	res, err := c.batched(ctx, batchItem{Op: "reserve", Reserve: &req}, "/v1/reserve", req)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -196,6 +208,13 @@ func (c *Client) List(ctx context.Context) (Result, error) {
 	return c.do(ctx, http.MethodGet, "/v1/reservations", nil)
 }
 
+// Evictions returns the reservations marked for eviction
+// (Result.Reservations, each with its Evict): what the victims' queue
+// owners must act on.
+func (c *Client) Evictions(ctx context.Context) (Result, error) {
+	return c.do(ctx, http.MethodGet, "/v1/evictions", nil)
+}
+
 func (c *Client) do(ctx context.Context, method, path string, body any) (Result, error) {
 	var payload []byte
 	if body != nil {
@@ -212,7 +231,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (Result,
 			select {
 			case <-ctx.Done():
 				return Result{}, errors.Join(ctx.Err(), lastErr)
-			case <-time.After(backoff):
+			case <-time.After(jittered(backoff, rand.Int64N)):
 			}
 			backoff = min(2*backoff, c.cfg.MaxBackoff)
 		}
@@ -454,9 +473,20 @@ func (c *Client) postBatch(addr string, items []batchItem) ([]reply, error) {
 
 func resultOf(rep reply) Result {
 	out := Result{Existed: rep.Existed, Found: rep.Found, Reservations: rep.Reservations, Specs: rep.Specs, Seq: rep.Seq,
-		Granted: rep.Granted, Refused: rep.Refused}
+		Granted: rep.Granted, Refused: rep.Refused, Victims: rep.Victims}
 	if rep.Reservation != nil {
 		out.Reservation = *rep.Reservation
 	}
 	return out
+}
+
+// jittered is d shortened by a random part of up to half of it, so that
+// shards retrying after the same failure (a leader change reaches them all
+// at once) do not come back in lock step. n(k) returns a number in [0, k).
+func jittered(d time.Duration, n func(int64) int64) time.Duration {
+	half := int64(d / 2)
+	if half <= 0 {
+		return d
+	}
+	return d - time.Duration(n(half))
 }

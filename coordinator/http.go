@@ -22,6 +22,7 @@ import (
 //	POST /v1/resize        ResizeRequest       → reply (granted, refused)
 //	PUT  /v1/queues        []api.QueueSpec     → reply
 //	GET  /v1/reservations                      → reply
+//	GET  /v1/evictions                         → reply (the reservations marked for eviction)
 //	POST /v1/batch         []batchItem         → batchReply (one reply per item, in order)
 //
 // Errors come back as reply.Error with a code; a follower answers 503 with
@@ -210,6 +211,9 @@ func (s *Server) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/reservations", func(w http.ResponseWriter, r *http.Request) {
 		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opList}))
+	})
+	mux.HandleFunc("GET /v1/evictions", func(w http.ResponseWriter, r *http.Request) {
+		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opEvicting}))
 	})
 	return mux
 }

@@ -19,6 +19,12 @@ const (
 	Tentative State = "Tentative"
 	// Confirmed reservations survive the shard; only Release removes them.
 	Confirmed State = "Confirmed"
+	// Nominated reservations are held for a job that takes quota back
+	// (reclaim.go): booked at every level while its victims go, bound to
+	// the asking shard's lease like a tentative one, and usable for
+	// nothing until promoted to Tentative by the job's next Reserve once
+	// no victim is left.
+	Nominated State = "Nominated"
 )
 
 // Errors returned for bad requests. QuotaError (not wrapped here) reports a
@@ -50,12 +56,31 @@ type Reservation struct {
 	// is bound to (0 once confirmed).
 	Lease int64  `json:"lease,omitempty"`
 	Shard string `json:"shard,omitempty"`
+	// Floor is what the job asked for when admitted (its gang: minMember
+	// tasks or minResources); what Amount holds above it is given back
+	// first when quota is taken back.
+	Floor api.Resource `json:"floor"`
+	// The job's terms (Terms): priority, protection, creation time.
+	Priority  int32 `json:"priority,omitempty"`
+	Protected bool  `json:"protected,omitempty"`
+	Created   int64 `json:"created,omitempty"`
+	// Evict is set while the job must give quota back to another.
+	Evict *Eviction `json:"evict,omitempty"`
 }
 
 func (r Reservation) clone() Reservation {
 	r.Path = append([]string(nil), r.Path...)
 	r.Amount = r.Amount.Clone()
+	r.Floor = r.Floor.Clone()
+	r.Evict = r.Evict.clone()
 	return r
+}
+
+// setTerms records a job's terms (nil: none).
+func (r *Reservation) setTerms(t *Terms) {
+	if t != nil {
+		r.Priority, r.Protected, r.Created = t.Priority, t.Protected, t.Created
+	}
 }
 
 // ReserveRequest asks for quota for one job.
@@ -67,6 +92,9 @@ type ReserveRequest struct {
 	// tentative until confirmed and is dropped when this lease expires.
 	Lease int64  `json:"lease"`
 	Shard string `json:"shard"`
+	// Terms, when set, are recorded on the reservation; with Reclaim the
+	// job takes quota back when it does not fit (reclaim.go).
+	Terms *Terms `json:"terms,omitempty"`
 }
 
 // QuotaError says that a reservation does not fit: at Queue (the first level
@@ -78,10 +106,17 @@ type QuotaError struct {
 	Asked      int64  `json:"asked"`
 	Capability int64  `json:"capability"`
 	Short      int64  `json:"short"`
+	// Held is what the queue's other children keep for their guarantee
+	// and do not use (admissions elsewhere cannot eat into it).
+	Held int64 `json:"held,omitempty"`
 }
 
 func (e *QuotaError) Error() string {
 	f := func(v int64) string { return api.FormatQuantity(e.Resource, v) }
+	if e.Held > 0 {
+		return fmt.Sprintf("queue %q is short of %s by %s: reserved %s + asked %s + %s held for other queues' guarantee > capability %s",
+			e.Queue, e.Resource, f(e.Short), f(e.Reserved), f(e.Asked), f(e.Held), f(e.Capability))
+	}
 	return fmt.Sprintf("queue %q is short of %s by %s: reserved %s + asked %s > capability %s",
 		e.Queue, e.Resource, f(e.Short), f(e.Reserved), f(e.Asked), f(e.Capability))
 }
@@ -94,6 +129,15 @@ type Ledger struct {
 	tree  *api.Tree
 	usage map[string]api.Resource
 	res   map[string]*Reservation // by job UID
+	// victims: nominee UID → the UIDs of the reservations marked for it.
+	victims map[string]map[string]bool
+	// nominees: the UIDs of the nominated reservations.
+	nominees map[string]bool
+	// dirty: reservations changed as a side effect since takeDirty.
+	dirty map[string]bool
+	// guar: parent → children that set a guarantee, for guarTree.
+	guar     map[string][]string
+	guarTree *api.Tree
 }
 
 // NewLedger returns an empty ledger over tree (nil means a tree of only the
@@ -102,7 +146,8 @@ func NewLedger(tree *api.Tree) *Ledger {
 	if tree == nil {
 		tree, _ = api.BuildTree(nil)
 	}
-	return &Ledger{tree: tree, usage: map[string]api.Resource{}, res: map[string]*Reservation{}}
+	return &Ledger{tree: tree, usage: map[string]api.Resource{}, res: map[string]*Reservation{},
+		victims: map[string]map[string]bool{}, nominees: map[string]bool{}, dirty: map[string]bool{}}
 }
 
 // Tree returns the current queue tree.
@@ -170,50 +215,70 @@ func (l *Ledger) ValidateReserve(req ReserveRequest) error {
 func (l *Ledger) Reserve(req ReserveRequest) (res Reservation, existed bool, err error) {
 	if req.Job.UID != "" {
 		if r, ok := l.res[req.Job.UID]; ok {
-			if req.Queue != "" && req.Queue != r.Queue {
-				if err := l.move(r, req.Queue); err != nil {
-					return Reservation{}, true, err
+			if r.State != Nominated {
+				if req.Queue != "" && req.Queue != r.Queue {
+					if err := l.move(r, req.Queue); err != nil {
+						return Reservation{}, true, err
+					}
 				}
+				if r.State == Tentative && req.Lease != 0 && r.Lease != req.Lease {
+					r.Lease, r.Shard = req.Lease, req.Shard
+				}
+				return r.clone(), true, nil
 			}
-			if r.State == Tentative && req.Lease != 0 && r.Lease != req.Lease {
-				r.Lease, r.Shard = req.Lease, req.Shard
+			if l.keepNominated(r, req) {
+				return r.clone(), true, nil
 			}
-			return r.clone(), true, nil
+			// Dropped (moved, or no longer fits once its victims went):
+			// asked for again below, as new.
 		}
 	}
 	if err := l.ValidateReserve(req); err != nil {
 		return Reservation{}, false, err
 	}
 	path, _ := l.tree.JobPath(req.Queue)
-	next := make([]api.Resource, len(path))
-	for i, q := range path {
-		u, err := l.usage[q].Add(req.Amount)
-		if err != nil {
+	for _, q := range path {
+		if _, err := l.usage[q].Add(req.Amount); err != nil {
 			return Reservation{}, false, fmt.Errorf("%w: queue %q: %v", ErrInvalid, q, err)
 		}
-		spec, _ := l.tree.Get(q)
-		if dim, over, bad := spec.Capability.Excess(u); bad {
-			capv, _ := spec.Capability.Get(dim)
-			return Reservation{}, false, &QuotaError{
-				Queue: q, Resource: dim, Reserved: l.usage[q].Get(dim), Asked: req.Amount.Get(dim),
-				Capability: capv, Short: over,
-			}
-		}
-		next[i] = u
 	}
-	for i, q := range path {
-		l.usage[q] = next[i]
+	if qe := l.overAt(path, req.Amount); qe != nil {
+		if picks, ok := l.plan(req, path); ok {
+			return l.applyPlan(req, path, picks), false, nil
+		}
+		return Reservation{}, false, qe
 	}
 	r := &Reservation{
-		Job: req.Job, Queue: req.Queue, Path: path, Amount: req.Amount.Clone(),
+		Job: req.Job, Queue: req.Queue, Path: path, Amount: req.Amount.Clone(), Floor: req.Amount.Clone(),
 		State: Tentative, Lease: req.Lease, Shard: req.Shard,
 	}
+	r.setTerms(req.Terms)
 	if req.Lease == 0 {
 		// No session to bind to: the caller vouches for the job itself.
 		r.State = Confirmed
 	}
 	l.res[req.Job.UID] = r
+	l.book(r)
 	return r.clone(), false, nil
+}
+
+// keepNominated answers the nominee's Reserve: while victims are left it
+// stays nominated (moved to the asker's lease); once none is, it is
+// promoted if it fits. It reports false when the nominated reservation was
+// dropped instead (the job's PodGroup moved to another queue, or it no
+// longer fits): the caller then treats the request as new.
+func (l *Ledger) keepNominated(r *Reservation, req ReserveRequest) bool {
+	if req.Queue != "" && req.Queue != r.Queue {
+		l.Release(r.Job.UID)
+		return false
+	}
+	if len(l.victims[r.Job.UID]) > 0 {
+		if req.Lease != 0 && r.Lease != req.Lease {
+			r.Lease, r.Shard = req.Lease, req.Shard
+		}
+		return true
+	}
+	return l.promote(r, req.Lease, req.Shard)
 }
 
 // move takes r off its path and books it on queue's, if its amount fits on
@@ -269,6 +334,19 @@ func (l *Ledger) Release(uid string) (res Reservation, found bool) {
 	}
 	delete(l.res, uid)
 	l.unbook(r)
+	if r.Evict != nil {
+		// A victim gone: its nominee may be promoted on its next ask.
+		if set := l.victims[r.Evict.By.UID]; set != nil {
+			delete(set, uid)
+			if len(set) == 0 {
+				delete(l.victims, r.Evict.By.UID)
+			}
+		}
+	}
+	if r.State == Nominated {
+		delete(l.nominees, uid)
+		l.unmarkVictimsOf(uid) // its plan is undone
+	}
 	return r.clone(), true
 }
 
@@ -385,6 +463,19 @@ func (l *Ledger) Restore(r Reservation) {
 	if p, err := l.tree.Path(rc.Queue); err == nil {
 		rc.Path = p
 	}
+	rc.Evict = nil
 	l.res[rc.Job.UID] = &rc
 	l.book(&rc)
+	if rc.State == Nominated {
+		l.nominees[rc.Job.UID] = true
+	}
+	if r.Evict != nil {
+		l.mark(&rc, *r.Evict.clone())
+		delete(l.dirty, rc.Job.UID)
+	}
 }
+
+// Settle drops, after reservations were restored, the eviction marks whose
+// nominee is gone or no longer nominated; the reservations it unmarks are
+// written with the next commit.
+func (l *Ledger) Settle() { l.settle() }

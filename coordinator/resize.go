@@ -48,6 +48,9 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 		}
 	}
 	for _, t := range req.Targets {
+		if qe := l.frozen(r, t); qe != nil {
+			return r.clone(), granted, qe, nil
+		}
 		next, qe, err := l.resized(r, t)
 		if err != nil {
 			return r.clone(), granted, nil, err
@@ -64,8 +67,26 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 		}
 		r.Amount = t.Clone()
 		granted++
+		if e := r.Evict; e != nil && !e.Whole && r.Amount.LessEqual(e.To) {
+			l.unmark(r) // it gave back what it was asked for
+		}
 	}
 	return r.clone(), granted, nil, nil
+}
+
+// frozen refuses a target that raises a dimension of a reservation that
+// must not grow: a victim giving quota back, or a nominee not yet promoted.
+func (l *Ledger) frozen(r *Reservation, target api.Resource) *QuotaError {
+	if r.Evict == nil && r.State != Nominated {
+		return nil
+	}
+	for _, d := range target.Dims() {
+		if cur := r.Amount.Get(d); target.Get(d) > cur {
+			u := l.usage[r.Queue].Get(d)
+			return &QuotaError{Queue: r.Queue, Resource: d, Reserved: u, Asked: target.Get(d) - cur, Capability: u, Short: target.Get(d) - cur}
+		}
+	}
+	return nil
 }
 
 // resized computes the usage of every level of r's path were its amount
@@ -86,14 +107,18 @@ func (l *Ledger) resized(r *Reservation, target api.Resource) ([]api.Resource, *
 			return nil, nil, fmt.Errorf("%w: queue %q: %v", ErrInvalid, q, err)
 		}
 		spec, _ := l.tree.Get(q)
+		var held api.Resource
+		if !spec.Capability.IsUnlimited() {
+			held = l.held(r.Path, i)
+		}
 		for _, d := range target.Dims() {
 			if target.Get(d) <= r.Amount.Get(d) {
 				continue
 			}
 			capv, set := spec.Capability.Get(d)
-			if set && n.Get(d) > capv {
+			if v := sat(n.Get(d), held.Get(d)); set && v > capv {
 				return nil, &QuotaError{Queue: q, Resource: d, Reserved: u.Get(d), Asked: target.Get(d) - r.Amount.Get(d),
-					Capability: capv, Short: n.Get(d) - capv}, nil
+					Capability: capv, Held: held.Get(d), Short: v - capv}, nil
 			}
 		}
 		next[i] = n

@@ -154,6 +154,8 @@ func (k opKind) String() string {
 		return "expire"
 	case opResize:
 		return "resize"
+	case opEvicting:
+		return "evicting"
 	}
 	return "unknown"
 }
@@ -166,6 +168,7 @@ const (
 	opList
 	opExpire // internal: a reservation key was deleted by lease expiry
 	opResize
+	opEvicting // the reservations marked for eviction
 )
 
 // call is one request to the leader's loop.
@@ -189,7 +192,10 @@ type result struct {
 	// and why the next one was not.
 	Granted int         `json:"granted,omitempty"`
 	Refused *QuotaError `json:"refused,omitempty"`
-	Seq     Seq         `json:"seq"`
+	// Victims answer a Reserve whose reservation is nominated: the
+	// reservations marked to give quota back to it.
+	Victims []Reservation `json:"victims,omitempty"`
+	Seq     Seq           `json:"seq"`
 	err     error
 }
 
@@ -490,6 +496,7 @@ func (t *term) load(ctx context.Context) (int64, error) {
 		t.ledger.Restore(r)
 		t.revs[r.Job.UID] = kv.ModRevision
 	}
+	t.ledger.Settle()
 	return resp.Header.Revision, nil
 }
 
@@ -528,8 +535,28 @@ type pending struct {
 	res result
 }
 
-// apply runs one call against the ledger and returns the etcd ops it needs.
+// apply runs one call against the ledger and returns the etcd ops it needs,
+// with the writes of what the call changed as a side effect (victims marked
+// or unmarked).
 func (t *term) apply(c *call) (result, []clientv3.Op, error) {
+	res, ops, err := t.applyOne(c)
+	for _, uid := range t.ledger.takeDirty() {
+		r, ok := t.ledger.Get(uid)
+		if !ok {
+			ops = append(ops, clientv3.OpDelete(t.s.cfg.resPrefix()+uid))
+			continue
+		}
+		op, perr := t.putReservation(r)
+		if perr != nil {
+			t.s.log.Error("reservation not written", "job", r.Job.String(), "err", perr)
+			continue
+		}
+		ops = append(ops, op)
+	}
+	return res, ops, err
+}
+
+func (t *term) applyOne(c *call) (result, []clientv3.Op, error) {
 	cfg := t.s.cfg
 	switch c.kind {
 	case opReserve:
@@ -539,7 +566,13 @@ func (t *term) apply(c *call) (result, []clientv3.Op, error) {
 			return result{err: err}, nil, nil
 		}
 		res := result{Reservation: &r, Existed: existed}
-		if existed && had && before.Lease == r.Lease && before.Queue == r.Queue {
+		if r.State == Nominated {
+			res.Victims = t.ledger.Victims(r.Job.UID)
+			if !existed {
+				t.s.log.Info("quota taken back", "job", r.Job.String(), "queue", r.Queue, "victims", describePlan(res.Victims))
+			}
+		}
+		if existed && had && before.Lease == r.Lease && before.Queue == r.Queue && before.State == r.State {
 			return res, nil, nil
 		}
 		// New, moved to another queue or to the asker's lease: (re)write
@@ -603,6 +636,8 @@ func (t *term) apply(c *call) (result, []clientv3.Op, error) {
 		return result{Specs: specs}, []clientv3.Op{clientv3.OpPut(cfg.treeKey(), string(b))}, nil
 	case opList:
 		return result{Reservations: t.ledger.Reservations(), Specs: t.ledger.Tree().Specs()}, nil, nil
+	case opEvicting:
+		return result{Reservations: t.ledger.Evicting()}, nil, nil
 	case opExpire:
 		if rev, ok := t.revs[c.uid]; ok && rev < c.delRev {
 			if r, found := t.ledger.Release(c.uid); found {
@@ -635,7 +670,7 @@ func (t *term) writeLease(c *call) int64 {
 	switch c.kind {
 	case opReserve:
 		r, ok := t.ledger.Get(c.reserve.Job.UID)
-		if !ok || (r.State == Tentative && c.reserve.Lease != 0 && r.Lease != c.reserve.Lease) {
+		if !ok || r.State == Nominated || (r.State == Tentative && c.reserve.Lease != 0 && r.Lease != c.reserve.Lease) {
 			return c.reserve.Lease
 		}
 	case opResize:

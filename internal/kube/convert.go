@@ -154,6 +154,8 @@ func QueueSpecFromVolcano(q *schedv1beta1.Queue) (api.QueueSpec, error) {
 		// Volcano's DequeueStrategy values are the api's.
 		DequeueStrategy: string(q.Spec.DequeueStrategy),
 		Closed:          q.Status.State == schedv1beta1.QueueStateClosed || q.Status.State == schedv1beta1.QueueStateClosing,
+		NotReclaimable:  q.Spec.Reclaimable != nil && !*q.Spec.Reclaimable,
+		Priority:        q.Spec.Priority,
 	}, nil
 }
 

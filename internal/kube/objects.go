@@ -19,7 +19,15 @@ const (
 	// ImplicitGroupLabel marks PodGroups this scheduler created for plain
 	// workloads.
 	ImplicitGroupLabel = "shardsched.io/implicit"
+	// PreemptableAnnotation "false" on a PodGroup or a pod protects its
+	// job from reclaim and preemption (Volcano's volcano.sh/preemptable).
+	PreemptableAnnotation = "volcano.sh/preemptable"
 )
+
+// protected reports whether annotations say volcano.sh/preemptable "false".
+func protected(annotations map[string]string) bool {
+	return annotations[PreemptableAnnotation] == "false"
+}
 
 // NodeFromNode converts a Node. A malformed allocatable is an error naming it.
 func NodeFromNode(n *corev1.Node) (api.Node, error) {
@@ -88,6 +96,7 @@ func TaskFromPod(p *corev1.Pod) (api.Task, error) {
 		NodeName:      p.Spec.NodeName,
 		SchedulerName: p.Spec.SchedulerName,
 		Created:       p.CreationTimestamp.Time,
+		Protected:     protected(p.Annotations),
 	}
 	if t.Job == "" {
 		t.Job, t.Implicit = ImplicitGroupName(p), true
@@ -164,6 +173,7 @@ func JobFromPodGroup(pg *schedv1beta1.PodGroup) (api.Job, error) {
 		Created:         pg.CreationTimestamp.Time,
 		Implicit:        pg.Labels[ImplicitGroupLabel] == "true",
 		ResourceVersion: pg.ResourceVersion,
+		Protected:       protected(pg.Annotations),
 	}
 	if j.Queue == "" {
 		j.Queue = api.DefaultQueue
