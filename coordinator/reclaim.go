@@ -369,10 +369,10 @@ type planning struct {
 	// other nominees are gone (their quota is promised; a new plan must
 	// not count it twice).
 	future func(q, d string) int64
-	path  []string
-	base  []map[string]int64 // per level of path: dimension → short by, before any pick
-	picks map[string]*pick   // by victim UID
-	order []string           // victim UIDs in the order picked
+	path   []string
+	base   []map[string]int64 // per level of path: dimension → short by, before any pick
+	picks  map[string]*pick   // by victim UID
+	order  []string           // victim UIDs in the order picked
 }
 
 // need is what level i is still short of in d.
