@@ -1,6 +1,10 @@
 package cache
 
-import "github.com/shardsched/shardsched/api"
+import (
+	"sort"
+
+	"github.com/shardsched/shardsched/api"
+)
 
 // JobSummary counts the member tasks of a job as the cache sees them now
 // (assumed tasks count as bound). Snapshots carry task lists only for jobs
@@ -93,4 +97,26 @@ func addRequest(dst *api.Resource, r api.Resource) {
 func satAddValue(a, b int64) int64 {
 	v, _ := satAdd(a, b) // clamped to the int64 range
 	return v
+}
+
+// JobTasks returns copies of every member task of the job now known as
+// namespace/job, in any phase (assumed ones with their node), sorted by
+// name; the tasks a deleted PodGroup of the same name left behind are not
+// members. It reads the live cache under its lock, for the rare callers
+// that need a job's bound tasks (evictions); a cycle uses its snapshot.
+func (c *Cache) JobTasks(namespace, job string) []api.Task {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	g := c.groups[objKey{namespace, job}]
+	if g == nil {
+		return nil
+	}
+	out := make([]api.Task, 0, len(g.tasks))
+	for _, e := range g.tasks {
+		if g.member(e) {
+			out = append(out, *e.view)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
 }

@@ -80,7 +80,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 				// it waits for (strict FIFO within a queue).
 				break
 			}
-			reqs = append(reqs, admitReq{job: j, amount: amount, bound: bound, traverse: traverse})
+			reqs = append(reqs, admitReq{job: j, amount: amount, bound: bound, traverse: traverse, terms: s.terms(j)})
 		}
 		if len(reqs) > 0 {
 			work = append(work, reqs)
@@ -105,6 +105,7 @@ type admitReq struct {
 	// traverse: the queue's dequeueStrategy lets later jobs pass this one
 	// when it is refused.
 	traverse bool
+	terms    *coordinator.Terms
 }
 
 // reserve asks the coordinator for one job's reservation and records the
@@ -117,13 +118,19 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
 	cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
 	t0 := time.Now()
-	res, err := s.deps.Quota.Reserve(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, r.amount)
+	res, err := s.deps.Quota.ReserveWith(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, r.amount, r.terms)
 	s.hist.reserve.Observe(time.Since(t0).Seconds())
 	cancel()
 	span.SetAttributes(attribute.Bool("admitted", err == nil))
 	span.End()
 	var qe *coordinator.QuotaError
 	switch {
+	case err == nil && res.Reservation.State == coordinator.Nominated:
+		// Quota is being taken back for it: held, not yet its own. It
+		// asks again (with the backoff) until its victims are gone.
+		s.backOffAdmission(j.UID)
+		s.nominated(j, res)
+		return true // what it waits for is held for it: the jobs behind it may ask
 	case err == nil:
 		s.stats.admitted.Add(1)
 		if !j.Created.IsZero() {

@@ -19,7 +19,7 @@ type fullQuota struct {
 	reserves int
 }
 
-func (f *fullQuota) Reserve(ctx context.Context, job coordinator.JobRef, q string, a api.Resource) (coordinator.Result, error) {
+func (f *fullQuota) ReserveWith(ctx context.Context, job coordinator.JobRef, q string, a api.Resource, terms *coordinator.Terms) (coordinator.Result, error) {
 	f.mu.Lock()
 	f.reserves++
 	full := f.full
@@ -27,7 +27,7 @@ func (f *fullQuota) Reserve(ctx context.Context, job coordinator.JobRef, q strin
 	if full {
 		return coordinator.Result{}, &coordinator.QuotaError{Queue: "root", Resource: api.CPU, Capability: 1000, Asked: 2000, Short: 1000}
 	}
-	return f.fakeQuota.Reserve(ctx, job, q, a)
+	return f.fakeQuota.ReserveWith(ctx, job, q, a, terms)
 }
 
 func (f *fullQuota) count() int {

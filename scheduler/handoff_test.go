@@ -88,13 +88,30 @@ func (f *fakeQuota) ensureQueue(q string) {
 	_ = f.setTreeLocked()
 }
 
-func (f *fakeQuota) Reserve(_ context.Context, job coordinator.JobRef, q string, a api.Resource) (coordinator.Result, error) {
+func (f *fakeQuota) Reserve(ctx context.Context, job coordinator.JobRef, q string, a api.Resource) (coordinator.Result, error) {
+	return f.ReserveWith(ctx, job, q, a, nil)
+}
+
+func (f *fakeQuota) ReserveWith(_ context.Context, job coordinator.JobRef, q string, a api.Resource, terms *coordinator.Terms) (coordinator.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("reserve", job.UID)
 	f.ensureQueue(q)
-	r, existed, err := f.ledger.Reserve(coordinator.ReserveRequest{Job: job, Queue: q, Amount: a, Lease: 1, Shard: "s"})
-	return coordinator.Result{Reservation: r, Existed: existed}, err
+	r, existed, err := f.ledger.Reserve(coordinator.ReserveRequest{Job: job, Queue: q, Amount: a, Lease: 1, Shard: "s", Terms: terms})
+	out := coordinator.Result{Reservation: r, Existed: existed}
+	if err == nil && r.State == coordinator.Nominated {
+		out.Victims = f.ledger.Victims(job.UID)
+	}
+	return out, err
+}
+
+func (f *fakeQuota) Evictions(context.Context) (coordinator.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ledger == nil {
+		_ = f.setTreeLocked()
+	}
+	return coordinator.Result{Reservations: f.ledger.Evicting()}, nil
 }
 
 func (f *fakeQuota) Confirm(_ context.Context, uid string) (coordinator.Result, error) {
@@ -336,6 +353,10 @@ type rig struct {
 	mu     sync.Mutex // guards now
 	// stopBinders stops the bind workers (test goroutine only).
 	stopBinders func()
+	// evictor, when set, is the schedulers' Evictor; afterCycle runs after
+	// each cycle of cycles (the world's reaction to it).
+	evictor    Evictor
+	afterCycle func()
 }
 
 func newRig(t *testing.T, name string, notHeld ...string) *rig {
@@ -358,7 +379,7 @@ func (r *rig) newScheduler(t *testing.T, seed uint64, st Status) *Scheduler {
 	cfg.Seed = seed
 	cfg.Now = r.clock
 	s, err := New(cfg, Deps{Cache: r.c, Ownership: r.own, Quota: r.quota, Binder: r.binder, Recorder: nopRecorder{},
-		Status: st, Peers: r.peers, Claims: r.claims})
+		Status: st, Peers: r.peers, Claims: r.claims, Evictor: r.evictor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,6 +446,9 @@ func (r *rig) cycles(t *testing.T, n int) {
 				t.Fatal("binds still in flight after 5s")
 			}
 			time.Sleep(time.Millisecond)
+		}
+		if r.afterCycle != nil {
+			r.afterCycle()
 		}
 		r.advance(100 * time.Millisecond)
 	}

@@ -43,6 +43,10 @@ type jobRec struct {
 	statusSent bool
 	// phaseSent is the phase and counts syncPhase last wrote.
 	phaseSent phaseKey
+	// nominatedAt: when the coordinator first answered with a nominated
+	// reservation (quota taken back for it); cleared once its gang is
+	// bound.
+	nominatedAt time.Time
 }
 
 // phaseKey is a PodGroup phase with its counts.
@@ -66,7 +70,8 @@ func (r *jobRec) setCover(amount *api.Resource) {
 
 func (r *jobRec) empty() bool {
 	return r.admission == nil && !r.confirmed && r.cover == nil && r.admitWait == (quotaBackoff{}) &&
-		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent && r.lateUntil.IsZero() && r.phaseSent == (phaseKey{})
+		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent && r.lateUntil.IsZero() && r.phaseSent == (phaseKey{}) &&
+		r.nominatedAt.IsZero()
 }
 
 // rec returns uid's record, creating it. Called with s.mu held.

@@ -153,8 +153,14 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 		return
 	}
 	s.mu.Lock()
-	s.rec(j.UID).confirmed = true
+	rec := s.rec(j.UID)
+	rec.confirmed = true
+	nominated := rec.nominatedAt
+	rec.nominatedAt = time.Time{}
 	s.mu.Unlock()
+	if !nominated.IsZero() {
+		s.reclaimWait.Observe(s.since(nominated).Seconds())
+	}
 	s.syncPhase(j, api.JobRunning, bound)
 }
 
@@ -201,7 +207,7 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 		if liveJobs[uid] {
 			continue
 		}
-		r.admitWait, r.resizeWait, r.lateUntil, r.phaseSent = quotaBackoff{}, quotaBackoff{}, time.Time{}, phaseKey{}
+		r.admitWait, r.resizeWait, r.lateUntil, r.phaseSent, r.nominatedAt = quotaBackoff{}, quotaBackoff{}, time.Time{}, phaseKey{}, time.Time{}
 		if r.admission == nil {
 			r.confirmed = false // nothing to release: releaseGone keeps admitted ones
 			r.setCover(nil)

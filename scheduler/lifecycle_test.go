@@ -26,13 +26,15 @@ import (
 //
 // Commands:
 //
-//	queue name=Q [parent=P] [cpu=N] [dequeue=traverse] [closed]
-//	                                                       declare or change a queue (capability in CPUs; closed: Volcano's state Closed)
+//	queue name=Q [parent=P] [cpu=N] [deserved=N] [noreclaim] [dequeue=traverse] [closed]
+//	                                                       declare or change a queue (capability and deserved share in CPUs;
+//	                                                       noreclaim: Volcano's reclaimable false; closed: Volcano's state Closed)
 //	node name=N cpu=C                                      a node with C CPUs
 //	job name=J [queue=Q] [min=M] [tasks=T] [cpu=C] [minres=MILLICPU] [implicit] [mintask=S:N,...] [spec=S]
-//	    [class=NAME:VALUE] [prio=P]                        a PodGroup and T pending tasks of C CPUs (of task spec S);
+//	    [class=NAME:VALUE] [prio=P] [protected]            a PodGroup and T pending tasks of C CPUs (of task spec S);
 //	                                                       class: its priorityClassName and the value the edge resolved;
-//	                                                       prio: the tasks' priority (pod spec.priority)
+//	                                                       prio: the tasks' priority (pod spec.priority);
+//	                                                       protected: volcano.sh/preemptable "false"
 //	tasks job=J n=N [cpu=C] [spec=S]                       N more pending tasks (a Job controller's next pods)
 //	edit job=J [min=M] [minres=MILLICPU] [queue=Q]         the PodGroup's spec changes in place
 //	finish job=J n=N                                       N bound tasks succeed
@@ -43,6 +45,9 @@ import (
 //	restart                                                a new scheduler on the same cache and ledger (an owner that restarted)
 //	reserve job=J cpu=C                                    someone else reserved for J (a previous owner)
 //	state                                                  what is bound, what is reserved, each queue's use from the pods
+//
+// The shard evicts (Evictor): an evicted task is gone after the cycle that
+// evicted it, as a pod deleted at once; state lists what was evicted.
 //
 // Every command that changes the world is followed by a check of the quota
 // rule from the truth (the tasks bound and not finished, by the binder's
@@ -64,7 +69,8 @@ type world struct {
 	jobs   map[string]*wJob
 	tasks  map[string]*api.Task // by UID: every task made
 	done   map[string]bool      // tasks finished
-	serial int
+	serial  int
+	evictor *fakeEvictor
 }
 
 type wJob struct {
@@ -74,9 +80,43 @@ type wJob struct {
 
 func newWorld(t *testing.T) *world {
 	w := &world{r: newRig(t, "shard-o"), specs: map[string]api.QueueSpec{}, jobs: map[string]*wJob{}, tasks: map[string]*api.Task{}, done: map[string]bool{},
-		status: &recStatus{groups: map[string]api.JobStatus{}}}
+		status: &recStatus{groups: map[string]api.JobStatus{}}, evictor: &fakeEvictor{}}
 	w.r.s.deps.Status = w.status
+	w.r.evictor = w.evictor
+	w.r.s.deps.Evictor = w.evictor
+	w.r.afterCycle = w.evictionsDone
 	return w
+}
+
+// fakeEvictor records the evictions asked for.
+type fakeEvictor struct {
+	mu      sync.Mutex
+	pending []string // task UIDs evicted, not yet gone
+	all     []string // task names evicted, in order
+}
+
+func (f *fakeEvictor) Evict(_ context.Context, t *api.Task, _, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending = append(f.pending, t.UID)
+	f.all = append(f.all, t.Name)
+	return nil
+}
+
+func (f *fakeEvictor) Note(*api.Job, string, string) {}
+
+// evictionsDone makes the tasks evicted during a cycle gone.
+func (w *world) evictionsDone() {
+	w.evictor.mu.Lock()
+	gone := w.evictor.pending
+	w.evictor.pending = nil
+	w.evictor.mu.Unlock()
+	for _, uid := range gone {
+		if !w.done[uid] {
+			w.r.c.DeleteTask(uid)
+			w.done[uid] = true
+		}
+	}
 }
 
 // recStatus keeps the last PodGroup status handed to it, per UID.
@@ -146,7 +186,10 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	switch d.Cmd {
 	case "queue":
 		spec := api.QueueSpec{Name: argStr(d, "name", ""), Parent: argStr(d, "parent", ""), DequeueStrategy: argStr(d, "dequeue", ""),
-			Closed: argStr(d, "closed", "") != ""}
+			Closed: argStr(d, "closed", "") != "", NotReclaimable: argStr(d, "noreclaim", "") != ""}
+		if c := argInt(t, d, "deserved", -1); c >= 0 {
+			spec.Deserved = api.NewResource(c*1000, 0, nil)
+		}
 		if c := argInt(t, d, "cpu", -1); c >= 0 {
 			l, err := api.NewLimit(map[string]int64{api.CPU: c * 1000})
 			if err != nil {
@@ -176,6 +219,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		name := argStr(d, "name", "")
 		j := api.Job{Namespace: "ns", Name: name, UID: name + "-uid" + strconv.Itoa(w.serial), Queue: argStr(d, "queue", "q"),
 			MinMember: int32(argInt(t, d, "min", 1)), Phase: api.JobPending, Implicit: argStr(d, "implicit", "") != "",
+			Protected: argStr(d, "protected", "") != "",
 			Created: w.r.clock().Add(time.Duration(w.serial) * time.Millisecond)} // in the order declared
 		w.serial++
 		if m := argInt(t, d, "minres", -1); m >= 0 {
@@ -421,6 +465,9 @@ func (w *world) state() string {
 			if r.Queue != wj.job.Queue {
 				reserved += " in queue " + r.Queue
 			}
+			if r.Evict != nil {
+				reserved += " victim of " + r.Evict.By.Name
+			}
 		}
 		fmt.Fprintf(&b, "job %s: bound=%d pending=%d done=%d reserved=%s phase=%s\n", n, bound, pending, done, reserved, w.status.phase(wj.job.UID))
 		if len(wj.job.MinTaskMember) > 0 {
@@ -437,6 +484,11 @@ func (w *world) state() string {
 			fmt.Fprintf(&b, "  bound by task (of minTaskMember): %s\n", strings.Join(parts, " "))
 		}
 	}
+	w.evictor.mu.Lock()
+	if len(w.evictor.all) > 0 {
+		fmt.Fprintf(&b, "evicted: %s\n", strings.Join(slices.Sorted(slices.Values(w.evictor.all)), " "))
+	}
+	w.evictor.mu.Unlock()
 	use := w.usage()
 	if tree := w.r.s.Tree(); tree != nil {
 		for _, q := range tree.Names() {

@@ -72,7 +72,10 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		if role == asOwner || role == asClaimer {
 			mine[j.UID] = true
 			keepCover[j.UID] = true
-			if r, ok := s.wantResize(j, pending, now, room); ok {
+			if s.isMarked(j.UID) {
+				// Giving quota back (evict.go): it neither grows nor
+				// places more.
+			} else if r, ok := s.wantResize(j, pending, now, room); ok {
 				resizes = append(resizes, r)
 			}
 		}
@@ -94,6 +97,9 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		// with this shard's lease while its pods run.
 		if role == asOwner && s.needsConfirm(j, bound) {
 			confirms = append(confirms, confirmReq{job: j, bound: bound})
+		}
+		if s.isMarked(j.UID) {
+			continue
 		}
 		ready := s.readyTasks(pending, now)
 		if len(ready) == 0 {

@@ -66,7 +66,8 @@ func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue
 	var release []string
 	for _, r := range list.Reservations {
 		uid := r.Job.UID
-		if !owned[r.Queue] || !s.orphaned(uid, live, jobs) || (!live[uid] && s.podsStillBound(r.Job.Namespace, r.Job.Name)) {
+		if !owned[r.Queue] || (r.State == coordinator.Nominated && live[uid]) || !s.orphaned(uid, live, jobs) ||
+			(!live[uid] && s.podsStillBound(r.Job.Namespace, r.Job.Name)) {
 			continue
 		}
 		seen[uid] = true

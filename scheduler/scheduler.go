@@ -34,7 +34,10 @@ type Binder interface {
 // Called concurrently (a cycle's reservations, confirms and releases run in
 // parallel); calls block until answered.
 type Quota interface {
-	Reserve(ctx context.Context, job coordinator.JobRef, queue string, amount api.Resource) (coordinator.Result, error)
+	// ReserveWith asks for a job's reservation with its terms; with
+	// terms.Reclaim the answer may be a nominated reservation (its
+	// victims named) instead of a refusal.
+	ReserveWith(ctx context.Context, job coordinator.JobRef, queue string, amount api.Resource, terms *coordinator.Terms) (coordinator.Result, error)
 	Confirm(ctx context.Context, uid string) (coordinator.Result, error)
 	Release(ctx context.Context, uid string) (coordinator.Result, error)
 	// Resize sets the reservation's amount to each target in turn while
@@ -43,6 +46,8 @@ type Quota interface {
 	// List returns every reservation, for reconciliation with the jobs
 	// that exist.
 	List(ctx context.Context) (coordinator.Result, error)
+	// Evictions returns the reservations marked for eviction.
+	Evictions(ctx context.Context) (coordinator.Result, error)
 }
 
 // Ownership says which keys this shard may use (*shard.Shard). Safe for
@@ -152,13 +157,15 @@ type Groups interface {
 }
 
 // Deps are the ports the scheduler runs on. Groups may be nil (implicit
-// PodGroups are then not managed). Peers and Claims may be nil: without
+// PodGroups are then not managed). Evictor may be nil: quota is then never
+// taken back (evict.go). Peers and Claims may be nil: without
 // Peers no capacity is gossiped, without either no job is handed to
 // another shard (a job that does not fit waits).
 type Deps struct {
 	Peers     Peers
 	Claims    Claims
 	Groups    Groups
+	Evictor   Evictor
 	Cache     *cache.Cache
 	Ownership Ownership
 	Quota     Quota
@@ -191,7 +198,17 @@ type Scheduler struct {
 		orphans                                                                 atomic.Int64
 	}
 	hist histograms
-	ho   handoff // loop only
+	// Quota taken back (evict.go): evictions by reason, victims per plan,
+	// and the time from a nomination to the gang bound.
+	evictions   *prometheus.CounterVec
+	victimsPer  prometheus.Histogram
+	reclaimWait prometheus.Histogram
+	// marked: the reservations marked for eviction, as last read (loop
+	// only); evicted: task UID → when this shard evicted it (loop only).
+	marked        map[string]coordinator.Reservation
+	evicted       map[string]time.Time
+	lastEvictPoll time.Time // loop only
+	ho            handoff   // loop only
 	held *hold   // loop only: nodes held for a starving gang
 	// heldBefore is when each gang was last given a hold (loop only).
 	heldBefore map[string]time.Time
@@ -270,6 +287,13 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	}
 	cfg.handoffDefaults()
 	return &Scheduler{
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "shardsched", Name: "evictions_total",
+			Help: "Pods evicted to give quota back, by reason (reclaim: to a queue below its deserved share; preempt: to a job of higher priority in the same queue)."}, []string{"reason"}),
+		victimsPer: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "shardsched", Name: "victims_per_preemption",
+			Help: "Jobs marked to give quota back per job that took it (reclaim or preemption), seen by the preemptor's queue owner.", Buckets: prometheus.ExponentialBuckets(1, 2, 8)}),
+		reclaimWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "shardsched", Name: "reclaim_to_running_seconds",
+			Help: "Time from a job's nomination (quota taken back for it) to its gang bound.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
+		marked: map[string]coordinator.Reservation{}, evicted: map[string]time.Time{},
 		hist:   newHistograms(),
 		tracer: cfg.Tracer.Tracer("shardsched/scheduler"),
 		cfg:    cfg, deps: deps, place: pc, log: cfg.Logger,
@@ -354,7 +378,7 @@ func (s *Scheduler) since(t time.Time) time.Duration { return s.cfg.Now().Sub(t)
 
 // Collectors returns the scheduler's latency histograms, for a registry.
 func (s *Scheduler) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.hist.submitToBind, s.hist.admissionWait, s.hist.reserve, s.hist.place}
+	return []prometheus.Collector{s.hist.submitToBind, s.hist.admissionWait, s.hist.reserve, s.hist.place, s.evictions, s.victimsPer, s.reclaimWait}
 }
 
 // Stats are cumulative counters. Offers: jobs this shard offered to
@@ -406,6 +430,7 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	}
 	s.releaseGone(ctx, live)
 	s.reconcile(ctx, live, byQueue)
+	s.takeBack(ctx, jobs)
 	if s.stats.cycles.Load()%pruneEvery == 0 {
 		s.prune(live)
 		s.pruneHandoff(live)
