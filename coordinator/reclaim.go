@@ -35,7 +35,9 @@ import (
 //   - in another leaf V (reclaim), with L the lowest common ancestor of Q
 //     and V: every level of Q's path below L stays within its deserved
 //     share with A (the preemptor ends at or below its own: so a reclaim
-//     cannot be reclaimed back), every level of V's path below L is
+//     cannot be reclaimed back; only the dimensions a share sets are
+//     weighed, and a queue with no deserved share deserves nothing),
+//     every level of V's path below L is
 //     reclaimable and keeps, after the victims go, at least its deserved
 //     share and its guarantee in every resource being freed (victims come
 //     only from queues above their share);
@@ -589,15 +591,20 @@ func (l *Ledger) plan(req ReserveRequest, path []string) ([]*pick, bool) {
 }
 
 // withinDeserved reports whether queue q's usage plus amount stays within
-// its deserved share in every dimension amount asks for (the pod count
-// aside); an unset dimension of deserved is a share of zero.
+// its deserved share in every dimension amount asks for that the share
+// sets (a queue that deserves cpu only is not held to a memory share); a
+// queue that sets no deserved share deserves nothing.
 func (l *Ledger) withinDeserved(q string, amount api.Resource, use func(q, d string) int64) bool {
 	spec, _ := l.tree.Get(q)
+	if spec.Deserved.IsZero() {
+		return false
+	}
 	for _, d := range amount.Dims() {
-		if d == api.Pods {
+		des := spec.Deserved.Get(d)
+		if d == api.Pods || des == 0 {
 			continue
 		}
-		if sat(use(q, d), amount.Get(d)) > spec.Deserved.Get(d) {
+		if sat(use(q, d), amount.Get(d)) > des {
 			return false
 		}
 	}
@@ -616,8 +623,9 @@ func (l *Ledger) reclaimable(levels []string) bool {
 }
 
 // dominantShare is q's usage over its deserved share in the dimension where
-// that is largest (the pod count aside); a dimension used but not deserved
-// counts as infinitely over.
+// that is largest (the pod count and dimensions its share does not set
+// aside); a queue that deserves nothing and uses something is infinitely
+// over.
 func (l *Ledger) dominantShare(q string, use func(q, d string) int64) float64 {
 	spec, _ := l.tree.Get(q)
 	share := 0.0
@@ -626,9 +634,12 @@ func (l *Ledger) dominantShare(q string, use func(q, d string) int64) float64 {
 		if d == api.Pods || u <= 0 {
 			continue
 		}
+		if spec.Deserved.IsZero() {
+			return math.Inf(1)
+		}
 		des := spec.Deserved.Get(d)
 		if des <= 0 {
-			return math.Inf(1)
+			continue
 		}
 		share = max(share, float64(u)/float64(des))
 	}

@@ -187,6 +187,8 @@ var wantRules = func() []string {
 	core, volcano := []string{""}, []string{"scheduling.volcano.sh"}
 	add(core, []string{"pods", "nodes"}, []string{"get", "list", "watch"})
 	add(core, []string{"pods/binding"}, []string{"create"})
+	// Reclaim and preemption evict through the Eviction API.
+	add(core, []string{"pods/eviction"}, []string{"create"})
 	add([]string{"", "events.k8s.io"}, []string{"events"}, []string{"create", "patch"})
 	add(volcano, []string{"queues"}, []string{"get", "list", "watch", "create", "delete", "patch"})
 	add(volcano, []string{"podgroups"}, []string{"get", "list", "watch", "create", "delete", "patch"})
