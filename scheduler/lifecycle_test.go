@@ -63,12 +63,12 @@ func TestLifecycleScenarios(t *testing.T) {
 
 // world is a scenario's state around one rig.
 type world struct {
-	r      *rig
-	status *recStatus
-	specs  map[string]api.QueueSpec
-	jobs   map[string]*wJob
-	tasks  map[string]*api.Task // by UID: every task made
-	done   map[string]bool      // tasks finished
+	r       *rig
+	status  *recStatus
+	specs   map[string]api.QueueSpec
+	jobs    map[string]*wJob
+	tasks   map[string]*api.Task // by UID: every task made
+	done    map[string]bool      // tasks finished
 	serial  int
 	evictor *fakeEvictor
 }
@@ -220,7 +220,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		j := api.Job{Namespace: "ns", Name: name, UID: name + "-uid" + strconv.Itoa(w.serial), Queue: argStr(d, "queue", "q"),
 			MinMember: int32(argInt(t, d, "min", 1)), Phase: api.JobPending, Implicit: argStr(d, "implicit", "") != "",
 			Protected: argStr(d, "protected", "") != "",
-			Created: w.r.clock().Add(time.Duration(w.serial) * time.Millisecond)} // in the order declared
+			Created:   w.r.clock().Add(time.Duration(w.serial) * time.Millisecond)} // in the order declared
 		w.serial++
 		if m := argInt(t, d, "minres", -1); m >= 0 {
 			r := api.NewResource(m, 0, nil)

@@ -209,7 +209,7 @@ type Scheduler struct {
 	evicted       map[string]time.Time
 	lastEvictPoll time.Time // loop only
 	ho            handoff   // loop only
-	held *hold   // loop only: nodes held for a starving gang
+	held          *hold     // loop only: nodes held for a starving gang
 	// heldBefore is when each gang was last given a hold (loop only).
 	heldBefore map[string]time.Time
 

@@ -193,7 +193,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	sched, err = scheduler.New(schedCfg, scheduler.Deps{
 		Cache: c, Ownership: sh, Quota: quota, Binder: kube.NewBinder(cs), Recorder: rec, Status: batcher, Groups: groups,
 		Evictor: kube.NewEvictor(cs, rec),
-		Peers: sh, Claims: claims,
+		Peers:   sh, Claims: claims,
 	})
 	if err != nil {
 		return err

@@ -224,7 +224,9 @@ func TestPreemptLowerPriorityGangWhole(t *testing.T) {
 		if _, err := ev.cs.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = ev.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = ev.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	ev.lcQueue("rc-pr-q", "root", "4")
 	usage := ev.lcWatchUsage()
