@@ -315,11 +315,15 @@ func (l *Ledger) move(r *Reservation, queue string) error {
 }
 
 // Confirm makes a tentative reservation durable. Confirming a confirmed
-// reservation is a no-op.
+// reservation is a no-op; a nominated one cannot be confirmed (ErrInvalid).
 func (l *Ledger) Confirm(uid string) (Reservation, error) {
 	r, ok := l.res[uid]
 	if !ok {
 		return Reservation{}, fmt.Errorf("%w: uid %q", ErrNotFound, uid)
+	}
+	if r.State == Nominated {
+		// Held while its victims go: nothing of it is bound yet.
+		return Reservation{}, fmt.Errorf("%w: the reservation of %s is nominated, not yet the job's", ErrInvalid, r.Job)
 	}
 	r.State, r.Lease = Confirmed, 0
 	return r.clone(), nil

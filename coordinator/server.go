@@ -650,15 +650,15 @@ func (t *term) applyOne(c *call) (result, []clientv3.Op, error) {
 	return result{err: fmt.Errorf("%w: unknown operation", ErrInvalid)}, nil, nil
 }
 
-// putReservation is the write of one reservation: a tentative one under
-// its shard's lease, a confirmed one without.
+// putReservation is the write of one reservation: a tentative or nominated
+// one under its shard's lease, a confirmed one without.
 func (t *term) putReservation(r Reservation) (clientv3.Op, error) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return clientv3.Op{}, err
 	}
 	var opts []clientv3.OpOption
-	if r.State == Tentative {
+	if (r.State == Tentative || r.State == Nominated) && r.Lease != 0 {
 		opts = append(opts, clientv3.WithLease(clientv3.LeaseID(r.Lease)))
 	}
 	return clientv3.OpPut(t.s.cfg.resPrefix()+r.Job.UID, string(b), opts...), nil
