@@ -34,6 +34,7 @@ func (r Report) Markdown() string {
 	r.writeTargets(&b)
 	r.writeResults(&b)
 	r.writeChaos(&b)
+	r.writeReclaim(&b)
 	r.writeNotes(&b)
 	r.writePlots(&b)
 	return b.String()
@@ -171,6 +172,30 @@ func (r Report) writeChaos(b *strings.Builder) {
 			{name: "Owners back after (s)", right: true}, {name: "Throughput back after (s)", right: true},
 		}, rows)
 	}
+}
+
+func (r Report) writeReclaim(b *strings.Builder) {
+	if !slices.ContainsFunc(r.Runs, func(run Run) bool { return run.Reclaim != nil }) {
+		return
+	}
+	b.WriteString("## Reclaim\n\n")
+	b.WriteString("Idle queues bursting against borrowers: from the switch, the time until each lending queue holds its deserved share " +
+		"(or all it asks), the CPU evicted against the least that had to be, and pods of lenders evicted (loops).\n\n")
+	var rows [][]string
+	for _, run := range r.Runs {
+		rc := run.Reclaim
+		if rc == nil {
+			continue
+		}
+		rows = append(rows, []string{oneLine(run.Name), fmt.Sprintf("%d/%d", rc.Asking, rc.Lenders), num(rc.ReachP50), num(rc.ReachP99),
+			fmt.Sprint(rc.NeverReached), fmt.Sprint(rc.EvictedPods), num(rc.EvictedCPU), num(rc.NeededCPU), num(rc.EvictedPerNeeded),
+			fmt.Sprint(rc.Loops), fmt.Sprint(run.Invariants["quota_overruns"])})
+	}
+	writeTable(b, []column{
+		{name: "Run"}, {name: "Lenders asking", right: true}, {name: "Share reached p50 (s)", right: true}, {name: "p99 (s)", right: true},
+		{name: "Never", right: true}, {name: "Pods evicted", right: true}, {name: "CPU evicted", right: true},
+		{name: "CPU needed", right: true}, {name: "Evicted / needed", right: true}, {name: "Loops", right: true}, {name: "Overruns", right: true},
+	}, rows)
 }
 
 func recovery(v float64) string {

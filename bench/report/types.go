@@ -75,8 +75,32 @@ type Run struct {
 	RSSSeries   []Point            `json:"rssSeries,omitempty"`   // MiB
 	QueueShares map[string][]Point `json:"queueShares,omitempty"` // leaf queue → share of allocated CPU, 0..1
 
-	Chaos *Chaos   `json:"chaos,omitempty"`
-	Notes []string `json:"notes,omitempty"`
+	Chaos   *Chaos   `json:"chaos,omitempty"`
+	Reclaim *Reclaim `json:"reclaim,omitempty"`
+	Notes   []string `json:"notes,omitempty"`
+}
+
+// Reclaim is what the reclaim scenario measured.
+type Reclaim struct {
+	At      float64 `json:"at"`      // seconds: when the lenders started asking
+	Lenders int     `json:"lenders"` // lending leaf queues
+	Asking  int     `json:"asking"`  // lenders that asked for anything
+	// ReachP50/P99: seconds from At until a lender held its deserved share
+	// (or all it asked, when less), over the lenders that asked; one that
+	// never did counts as the rest of the run and in NeverReached.
+	ReachP50     float64 `json:"reachP50"`
+	ReachP99     float64 `json:"reachP99"`
+	NeverReached int     `json:"neverReached"`
+	// EvictedPods/CPU were evicted to give quota back; NeededCPU is the
+	// least that had to be (what the lenders got, up to their shares,
+	// beyond what their parents had free at At); EvictedPerNeeded their
+	// ratio.
+	EvictedPods      int64   `json:"evictedPods"`
+	EvictedCPU       float64 `json:"evictedCPU"`
+	NeededCPU        float64 `json:"neededCPU"`
+	EvictedPerNeeded float64 `json:"evictedPerNeeded"`
+	// Loops counts pods of lenders evicted (a reclaim reclaimed back).
+	Loops int64 `json:"loops"`
 }
 
 // Point is one sample of a time series.

@@ -29,6 +29,7 @@ type Cluster struct {
 	stepWall atomic.Int64
 
 	mu       sync.Mutex
+	lenders  map[string]bool // reclaim scenario: lending leaves (guarded by mu)
 	caches   []*cache.Cache
 	nodes    map[string]*simNode
 	nodeList []string // creation order
@@ -82,6 +83,9 @@ type Stats struct {
 	DoubleBookedNodes             int64
 	PodsBoundTwice, UnfencedBinds int64
 	Submitted, Completed, Evicted int64
+	// Reclaim (reclaim.go): pods evicted to give quota back, their CPU
+	// (milli), and those of them in lending queues.
+	ReclaimEvicted, ReclaimEvictedCPU, LenderEvictions int64
 	// QuotaOverruns counts, for every bind, each queue level (the pod's
 	// leaf queue and every ancestor) that the bind left above its
 	// capability in some dimension: requests of the bound, unfinished pods

@@ -266,8 +266,15 @@ func (s *sim) startShard(ctx context.Context, name string) (err error) {
 	sc.SchedulerName, sc.Partitions, sc.Logger, sc.Now, sc.Seed = schedulerName, parts, log, s.cl.Now, s.cfg.Seed
 	sh := p.sh
 	claims := shard.NewClaims(sh)
+	// Quota is taken back only in the reclaim scenario: the other
+	// scenarios' figures stay comparable with earlier runs.
+	var evictor scheduler.Evictor
+	if s.w.Reclaim != nil {
+		evictor = &Evictor{c: s.cl}
+	}
 	p.sched, err = scheduler.New(sc, scheduler.Deps{Cache: p.cache, Ownership: sh, Quota: p.quota, Recorder: &Recorder{c: s.cl}, Status: p.status,
-		Peers: sh, Claims: claims, Groups: &Groups{c: s.cl},
+		Evictor: evictor,
+		Peers:   sh, Claims: claims, Groups: &Groups{c: s.cl},
 		Binder: &Binder{c: s.cl, shard: name, othersHold: func(node string) bool {
 			key := shard.PartitionKey(shard.Partition(node, parts))
 			for _, o := range *s.holders.Load() {
@@ -587,6 +594,15 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		lastProgressAt    time.Duration
 	)
 	warmAt := end / 3
+	var rw *reclaimWatch
+	if w.Reclaim != nil {
+		scenario = "reclaim"
+		run.Scenario = scenario
+		run.Name = fmt.Sprintf("%s/%s/%d shards", scenario, cfg.Tier, cfg.Shards)
+		rw = newReclaimWatch(w, s.tree, end)
+		_, lenders := w.ReclaimSides()
+		s.cl.setLenders(lenders)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return run, err
@@ -706,6 +722,9 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 					utilN++
 				}
 			}
+			if rw != nil {
+				rw.observe(vt, sm, s.leaves)
+			}
 			demand := map[string]int64{}
 			for _, l := range s.leaves {
 				demand[l.Name] = sm.leafUsed[l.Name] + sm.leafPending[l.Name]
@@ -808,6 +827,13 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 	run.Invariants["pods_bound_twice"] = st.PodsBoundTwice
 	run.Invariants["unfenced_binds"] = st.UnfencedBinds
 	run.Invariants["nodes_out_of_sync"] = outOfSyncBad
+	if rw != nil {
+		run.Reclaim = rw.figures(st, vt)
+		run.Invariants["reclaim_loops"] = run.Reclaim.Loops
+		run.Notes = append(run.Notes, fmt.Sprintf("reclaim: lenders switched on at %.0f s; %d of %d lenders asked; deserved share (or all asked) reached p50 %.1f s, p99 %.1f s after (%d never); %d pods / %.0f CPU evicted against %.0f CPU at least needed (%.2fx); %d lender pods evicted (loops)",
+			run.Reclaim.At, run.Reclaim.Asking, run.Reclaim.Lenders, run.Reclaim.ReachP50, run.Reclaim.ReachP99, run.Reclaim.NeverReached,
+			run.Reclaim.EvictedPods, run.Reclaim.EvictedCPU, run.Reclaim.NeededCPU, run.Reclaim.EvictedPerNeeded, run.Reclaim.Loops))
+	}
 	if !cfg.Pace {
 		run.Notes = append(run.Notes, "the scheduler's timers (backoffs, offer timeouts) run on the virtual clock, which may run ahead of the wall clock here, while leases and gossip run on the wall clock")
 	}

@@ -52,6 +52,9 @@ type Workload struct {
 	Events []NodeEvent `json:"events"`
 	// Burst submits Tier.Pods at t = 0 instead of a stream.
 	Burst bool `json:"burst"`
+	// Reclaim, when set, makes the run a reclaim scenario (reclaim.go):
+	// the shards may take quota back, and the arrivals are phased.
+	Reclaim *ReclaimPhase `json:"reclaim,omitempty"`
 }
 
 // Job kinds: what creates a job's pods and how its PodGroup says so.
@@ -252,6 +255,9 @@ func (w *Workload) Validate() error {
 			return fmt.Errorf("pod.cpu[%d]: value %d must be 1..node cpu %d, weight ≥ 1", i, c.Value, w.Node.CPU)
 		}
 	}
+	if r := w.Reclaim; r != nil && (r.At <= 0 || r.At >= 1 || w.Queues.LeavesPerParent < 2 || w.Burst) {
+		return fmt.Errorf("reclaim: at %v must be in (0, 1), with at least 2 leaves per parent and a stream (not a burst)", r.At)
+	}
 	for i, e := range w.Events {
 		switch {
 		case e.At < 0 || e.At > 1 || e.Nodes <= 0 || e.Nodes > 1:
@@ -362,6 +368,11 @@ type Generator struct {
 	seq      int
 	limit    int // burst: pods to submit; 0 = stream
 	produced int
+	// Reclaim phases: before lendAt jobs go to the borrowing leaves
+	// (cumulative weights borrowCum), from it on to the lending ones.
+	lendAt             time.Duration
+	borrowCum, lendCum []int
+	borrowers, lenders []LeafQueue
 }
 
 // NewGenerator returns a generator for tier t.
@@ -389,6 +400,20 @@ func NewGenerator(w *Workload, t Tier, seed uint64) *Generator {
 	if w.Burst {
 		g.limit = t.Pods
 	}
+	if w.Reclaim != nil {
+		g.lendAt = time.Duration(w.Reclaim.At * t.Minutes * float64(time.Minute))
+		g.borrowers, g.lenders = w.ReclaimSides()
+		for _, side := range []struct {
+			leaves []LeafQueue
+			cum    *[]int
+		}{{g.borrowers, &g.borrowCum}, {g.lenders, &g.lendCum}} {
+			sum := 0
+			for _, l := range side.leaves {
+				sum += int(l.Weight)
+				*side.cum = append(*side.cum, sum)
+			}
+		}
+	}
 	return g
 }
 
@@ -408,7 +433,15 @@ func (g *Generator) Next(until time.Duration) (JobSpec, bool) {
 	}
 	w := g.w
 	k := w.Jobs[pick(g.rng, g.jobCum)]
-	j := JobSpec{Seq: g.seq, At: g.next, Queue: g.leaves[pick(g.rng, g.leafCum)].Name, Kind: k.kind(), Size: k.Size,
+	queue := g.leaves[pick(g.rng, g.leafCum)].Name
+	if g.w.Reclaim != nil {
+		if g.next < g.lendAt {
+			queue = g.borrowers[pick(g.rng, g.borrowCum)].Name
+		} else {
+			queue = g.lenders[pick(g.rng, g.lendCum)].Name
+		}
+	}
+	j := JobSpec{Seq: g.seq, At: g.next, Queue: queue, Kind: k.kind(), Size: k.Size,
 		Parallelism: k.Parallelism, Implicit: k.implicit(), MinMember: k.MinMember, MinMilliCPU: k.MinMilliCPU}
 	if k.MaxSize > k.Size {
 		j.Size = k.Size + g.rng.IntN(k.MaxSize-k.Size+1)

@@ -49,7 +49,7 @@ func main() {
 	var tiers, scenarios, shards string
 	flag.StringVar(&o.dir, "workloads", "bench/workloads", "directory of the workload files")
 	flag.StringVar(&tiers, "tier", "10k", "tiers to run, comma-separated (10k, 100k, 1M)")
-	flag.StringVar(&scenarios, "scenarios", "churn,burst,chaos", "scenarios: churn, burst (peak throughput) and chaos (faults)")
+	flag.StringVar(&scenarios, "scenarios", "churn,burst,chaos", "scenarios: churn, burst (peak throughput), chaos (faults) and reclaim (idle queues bursting against borrowers)")
 	flag.StringVar(&shards, "shards", "1,2,4", "shard counts to run each scenario with")
 	flag.StringVar(&o.chaosTier, "chaos-tier", "10k", "tier of the chaos scenario (it runs in real time, with 4 shards or the largest count listed)")
 	flag.Float64Var(&o.minutes, "minutes", 0, "override the tier's simulated minutes for churn (0: the workload file's)")
@@ -82,8 +82,8 @@ func main() {
 		o.shards = append(o.shards, n)
 	}
 	for _, s := range o.scenarios {
-		if s != "churn" && s != "burst" && s != "chaos" {
-			fail(2, fmt.Errorf("-scenarios: unknown scenario %q (churn, burst, chaos)", s))
+		if s != "churn" && s != "burst" && s != "chaos" && s != "reclaim" {
+			fail(2, fmt.Errorf("-scenarios: unknown scenario %q (churn, burst, chaos, reclaim)", s))
 		}
 	}
 	switch {
@@ -176,7 +176,7 @@ func run(ctx context.Context, o options) error {
 			}
 			for _, n := range o.shards {
 				cfg := sim.Config{Workload: w, Tier: tier, Shards: n, Seed: o.seed, Fsync: o.fsync, Progress: os.Stderr, Logger: logger}
-				if sc == "churn" {
+				if sc == "churn" || sc == "reclaim" {
 					cfg.Minutes = o.minutes
 				}
 				if sc == "burst" {
