@@ -133,6 +133,9 @@ type Ledger struct {
 	victims map[string]map[string]bool
 	// nominees: the UIDs of the nominated reservations.
 	nominees map[string]bool
+	// byQueue: leaf queue → its reservations by UID (a plan looks only at
+	// the queues it may take from).
+	byQueue map[string]map[string]*Reservation
 	// dirty: reservations changed as a side effect since takeDirty.
 	dirty map[string]bool
 	// guar: parent → children that set a guarantee, for guarTree.
@@ -147,7 +150,8 @@ func NewLedger(tree *api.Tree) *Ledger {
 		tree, _ = api.BuildTree(nil)
 	}
 	return &Ledger{tree: tree, usage: map[string]api.Resource{}, res: map[string]*Reservation{},
-		victims: map[string]map[string]bool{}, nominees: map[string]bool{}, dirty: map[string]bool{}}
+		victims: map[string]map[string]bool{}, nominees: map[string]bool{}, dirty: map[string]bool{},
+		byQueue: map[string]map[string]*Reservation{}}
 }
 
 // Tree returns the current queue tree.
@@ -257,7 +261,7 @@ func (l *Ledger) Reserve(req ReserveRequest) (res Reservation, existed bool, err
 		// No session to bind to: the caller vouches for the job itself.
 		r.State = Confirmed
 	}
-	l.res[req.Job.UID] = r
+	l.insert(r)
 	l.book(r)
 	return r.clone(), false, nil
 }
@@ -309,7 +313,9 @@ func (l *Ledger) move(r *Reservation, queue string) error {
 		}
 	}
 	l.unbook(r)
+	l.remove(r)
 	r.Queue, r.Path = queue, path
+	l.insert(r)
 	l.book(r)
 	return nil
 }
@@ -336,7 +342,7 @@ func (l *Ledger) Release(uid string) (res Reservation, found bool) {
 	if !ok {
 		return Reservation{}, false
 	}
-	delete(l.res, uid)
+	l.remove(r)
 	l.unbook(r)
 	if r.Evict != nil {
 		// A victim gone: its nominee may be promoted on its next ask.
@@ -352,6 +358,28 @@ func (l *Ledger) Release(uid string) (res Reservation, found bool) {
 		l.unmarkVictimsOf(uid) // its plan is undone
 	}
 	return r.clone(), true
+}
+
+// insert adds r to the reservations and their index by queue.
+func (l *Ledger) insert(r *Reservation) {
+	l.res[r.Job.UID] = r
+	m := l.byQueue[r.Queue]
+	if m == nil {
+		m = map[string]*Reservation{}
+		l.byQueue[r.Queue] = m
+	}
+	m[r.Job.UID] = r
+}
+
+// remove takes r out of the reservations and their index.
+func (l *Ledger) remove(r *Reservation) {
+	delete(l.res, r.Job.UID)
+	if m := l.byQueue[r.Queue]; m != nil {
+		delete(m, r.Job.UID)
+		if len(m) == 0 {
+			delete(l.byQueue, r.Queue)
+		}
+	}
 }
 
 // book adds r's amount to the usage of every queue on its path.
@@ -468,7 +496,7 @@ func (l *Ledger) Restore(r Reservation) {
 		rc.Path = p
 	}
 	rc.Evict = nil
-	l.res[rc.Job.UID] = &rc
+	l.insert(&rc)
 	l.book(&rc)
 	if rc.State == Nominated {
 		l.nominees[rc.Job.UID] = true

@@ -490,7 +490,7 @@ func (l *Ledger) plan(req ReserveRequest, path []string) ([]*pick, bool) {
 		onPath[q] = i
 	}
 	var cands []*pick
-	for _, r := range l.res {
+	for _, r := range l.candidates(path, within) {
 		if r.Job.UID == req.Job.UID || r.State != Confirmed || r.Evict != nil || r.Protected {
 			continue
 		}
@@ -590,6 +590,34 @@ func (l *Ledger) plan(req ReserveRequest, path []string) ([]*pick, bool) {
 	return out, true
 }
 
+// candidates are the reservations a plan on path may take from: those of
+// the leaf itself (preemption), and, when the first within levels of path
+// stay within their deserved share, those of every queue below
+// path[within-1]'s parent (reclaim from siblings, then cousins). Only
+// those queues' reservations are read, not every reservation; those of a
+// queue that left the tree are never taken.
+func (l *Ledger) candidates(path []string, within int) []*Reservation {
+	var out []*Reservation
+	add := func(q string) {
+		for _, r := range l.byQueue[q] {
+			out = append(out, r)
+		}
+	}
+	if within == 0 {
+		add(path[0])
+		return out
+	}
+	top := path[min(within, len(path)-1)]
+	stack := []string{top}
+	for len(stack) > 0 {
+		q := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		add(q)
+		stack = append(stack, l.tree.Children(q)...)
+	}
+	return out
+}
+
 // withinDeserved reports whether queue q's usage plus amount stays within
 // its deserved share in every dimension amount asks for that the share
 // sets (a queue that deserves cpu only is not held to a memory share); a
@@ -653,7 +681,7 @@ func (l *Ledger) applyPlan(req ReserveRequest, path []string, picks []*pick) Res
 		State: Nominated, Lease: req.Lease, Shard: req.Shard,
 	}
 	r.setTerms(req.Terms)
-	l.res[req.Job.UID] = r
+	l.insert(r)
 	l.nominees[req.Job.UID] = true
 	l.book(r)
 	for _, p := range picks {

@@ -50,7 +50,9 @@ func (s *Scheduler) terms(j *api.Job) *coordinator.Terms {
 		t.Created = j.Created.UnixNano()
 	}
 	if !t.Protected {
-		for _, tk := range s.deps.Cache.JobTasks(j.Namespace, j.Name) {
+		// The cycle's snapshot has the tasks of every job with pending
+		// ones (every job admission asks for), without a cache lock.
+		for _, tk := range s.snap.TasksOfJob(j.Namespace, j.Name) {
 			if tk.Protected {
 				t.Protected = true
 				break
@@ -203,8 +205,14 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 		}
 	})
 	parallel(shrinks, s.cfg.AdmitParallelism, func(r coordinator.Reservation) {
+		// The reservation may have shrunk in some dimension since the
+		// plan (a task finished): never ask to raise one.
+		to := api.Resource{}
+		for _, d := range r.Evict.To.Dims() {
+			to = to.With(d, min(r.Evict.To.Get(d), r.Amount.Get(d)))
+		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-		res, err := s.deps.Quota.Resize(cctx, r.Job.UID, []api.Resource{r.Evict.To})
+		res, err := s.deps.Quota.Resize(cctx, r.Job.UID, []api.Resource{to})
 		cancel()
 		if err != nil || res.Granted == 0 {
 			s.log.Warn("victim's reservation not shrunk", "job uid", r.Job.UID, "err", err)
