@@ -280,3 +280,50 @@ func TestLatencyHist(t *testing.T) {
 		t.Errorf("sample %v: want 5 sorted values ending at the maximum", s)
 	}
 }
+
+// A pod evicted to give quota back is gone at once, its node's and queue's
+// books with it, and its job re-creates it pending; evictions from lending
+// queues are counted apart (loops in the reclaim scenario).
+func TestClusterEvictPod(t *testing.T) {
+	c, _ := newTestCluster(t, 2)
+	ca := cache.New(cache.Options{})
+	c.Subscribe(ca)
+	c.setLenders([]LeafQueue{{Name: "q0-1", Parent: "p0"}})
+	c.Submit(JobSpec{Seq: 1, Queue: "q0-0", Size: 1, CPU: 2000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	c.Submit(JobSpec{Seq: 2, Queue: "q0-1", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	var uids []string
+	for uid, p := range c.pods {
+		t0 := p.t
+		if err := c.Bind(&t0, "node-00000", "s", true); err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, uid)
+	}
+	ev := &Evictor{c: c}
+	for _, uid := range uids {
+		tk, _ := ca.Task(uid)
+		if err := ev.Evict(context.Background(), &tk, "Preempted", "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Evicting a pod already gone changes nothing.
+	tk := api.Task{UID: uids[0]}
+	if err := ev.Evict(context.Background(), &tk, "Preempted", "again"); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Stats()
+	if st.ReclaimEvicted != 2 || st.ReclaimEvictedCPU != 3000 || st.LenderEvictions != 1 {
+		t.Errorf("evicted %d pods, %d milli-CPU, %d from lenders; want 2, 3000, 1", st.ReclaimEvicted, st.ReclaimEvictedCPU, st.LenderEvictions)
+	}
+	if sm := c.sample(nil, false); sm.pending != 2 || sm.usedCPU != 0 {
+		t.Errorf("after evictions: %d pending, %d used; want the 2 pods re-created pending, 0 used", sm.pending, sm.usedCPU)
+	}
+	for _, uid := range uids {
+		if _, ok := ca.Task(uid); ok {
+			t.Errorf("evicted pod %s still in the cache", uid)
+		}
+	}
+	if !c.Fits("node-00000") {
+		t.Error("the node's books do not fit after the evictions")
+	}
+}
