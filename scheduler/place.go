@@ -141,6 +141,9 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			if role == asOwner && s.offer(ctx, j, ready[:need]) {
 				continue
 			}
+			if role == asOwner && s.preemptForRoom(ctx, j, ready, need, nodes) {
+				continue
+			}
 			if role == asOwner {
 				s.maybeHold(j, ready, need, nodes)
 			}

@@ -52,7 +52,7 @@ func main() {
 	flag.StringVar(&scenarios, "scenarios", "churn,burst,chaos", "scenarios: churn, burst (peak throughput), chaos (faults) and reclaim (idle queues bursting against borrowers)")
 	flag.StringVar(&shards, "shards", "1,2,4", "shard counts to run each scenario with")
 	flag.StringVar(&o.chaosTier, "chaos-tier", "10k", "tier of the chaos scenario (it runs in real time, with 4 shards or the largest count listed)")
-	flag.Float64Var(&o.minutes, "minutes", 0, "override the tier's simulated minutes for churn (0: the workload file's)")
+	flag.Float64Var(&o.minutes, "minutes", 0, "override the tier's simulated minutes for churn and reclaim (0: the workload file's)")
 	flag.Float64Var(&o.chaosMin, "chaos-minutes", 2, "simulated (= wall) minutes of the chaos scenario")
 	flag.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	flag.StringVar(&o.out, "out", "bench/out/sim", "directory for report.md, report.json and the plots")

@@ -15,6 +15,7 @@ import (
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/shardsched/shardsched/internal/testenv"
+	"github.com/shardsched/shardsched/shard"
 )
 
 // Quota taken back on the real API server: borrowed quota reclaimed by the
@@ -268,4 +269,84 @@ func TestPreemptLowerPriorityGangWhole(t *testing.T) {
 	if !found {
 		t.Errorf("no Preempted event naming the high job: %v", ev.rcEvents("Preempted"))
 	}
+}
+
+// A shard killed in the middle of a plan: the borrow-then-reclaim case
+// with two shard processes, and the shard that owns the lending queue's
+// victims (rc-k-b) stopped as soon as A's first job waits for its victims.
+// The other shard takes its queues and finishes the plan (or, if the dead
+// shard had asked for it, the plan is undone with its lease and asked for
+// again): A's four jobs are bound, B ends at its deserved 4, and the quota
+// rule holds at every pod event throughout.
+func TestReclaimShardKilledMidPlan(t *testing.T) {
+	ev := newNamespace(t)
+	ctx := context.Background()
+	e := testenv.NewEtcd(t)
+	d0, _, stop0 := runDaemon(t, ev.cfg, "shard-0", e.Endpoints, nil)
+	d1, _, stop1 := runDaemon(t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()})
+	ev.d = d0
+	ev.eventually("both shards hold partitions", 30*time.Second, func() bool {
+		return len(d0.Shard.Owned()) > 0 && len(d1.Shard.Owned()) > 0 && len(d0.Shard.Owned())+len(d1.Shard.Owned()) >= 64
+	})
+	ev.nodes("rc-k-node", 2, "8", "32Gi")
+	ev.rcQueue("rc-k-p", "root", "8", "", "", true)
+	ev.rcQueue("rc-k-a", "rc-k-p", "", "4", "", true)
+	ev.rcQueue("rc-k-b", "rc-k-p", "", "4", "", true)
+	usage := ev.lcWatchUsage()
+	defer usage.check(t, 8000)
+	ev.rcDeployment("borrower", "rc-k-b", 8, "1")
+	ev.lcEventually("B borrows all 8 CPU", 60*time.Second, func() (bool, string) {
+		p, err := ev.lcList("app=borrower")
+		return err == nil && p.bound == 8, fmt.Sprintf("%+v %v", p, err)
+	})
+	for i := 0; i < 4; i++ {
+		name := fmt.Sprintf("a%d", i)
+		ev.lcPodGroup(name, "rc-k-a", 1, "")
+		ev.pod(name+"-0", name, "1", "1Gi", nil)
+	}
+	ev.lcEventually("an A job waits for its victims", 30*time.Second, func() (bool, string) {
+		for i := 0; i < 4; i++ {
+			pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, fmt.Sprintf("a%d", i), metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			for _, c := range pg.Status.Conditions {
+				if c.Reason == "Reclaiming" {
+					return true, ""
+				}
+			}
+		}
+		return false, "no Reclaiming condition yet"
+	})
+	victimOwner := "shard-1"
+	if d0.Shard.Holds(shard.QueueKey("rc-k-b")) {
+		victimOwner = "shard-0"
+		stop0()
+	} else {
+		stop1()
+	}
+	t.Logf("stopped %s, the owner of rc-k-b, mid-plan", victimOwner)
+	ev.lcEventually("A's four jobs are bound", 90*time.Second, func() (bool, string) {
+		n := 0
+		for i := 0; i < 4; i++ {
+			if ev.nodeOf(fmt.Sprintf("a%d-0", i)) != "" {
+				n++
+			}
+		}
+		return n == 4, fmt.Sprintf("%d of A's pods bound", n)
+	})
+	ev.lcEventually("B is back to its deserved 4", 30*time.Second, func() (bool, string) {
+		p, err := ev.lcList("app=borrower")
+		return err == nil && p.bound == 4, fmt.Sprintf("%+v %v", p, err)
+	})
+	ev.lcHold("A keeps 4 and B 4", 3*time.Second, func() (bool, string) {
+		p, err := ev.lcList("app=borrower")
+		n := 0
+		for i := 0; i < 4; i++ {
+			if ev.nodeOf(fmt.Sprintf("a%d-0", i)) != "" {
+				n++
+			}
+		}
+		return err == nil && p.bound == 4 && n == 4, fmt.Sprintf("B %+v, A %d", p, n)
+	})
 }
