@@ -208,9 +208,9 @@ type Scheduler struct {
 	marked        map[string]coordinator.Reservation
 	evicted       map[string]time.Time
 	roomTried     map[string]roomTry // loop only: node-level preemption (nodepreempt.go)
-	lastEvictPoll time.Time // loop only
-	ho            handoff   // loop only
-	held          *hold     // loop only: nodes held for a starving gang
+	lastEvictPoll time.Time          // loop only
+	ho            handoff            // loop only
+	held          *hold              // loop only: nodes held for a starving gang
 	// heldBefore is when each gang was last given a hold (loop only).
 	heldBefore map[string]time.Time
 
