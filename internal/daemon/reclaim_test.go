@@ -350,3 +350,57 @@ func TestReclaimShardKilledMidPlan(t *testing.T) {
 		return err == nil && p.bound == 4 && n == 4, fmt.Sprintf("B %+v, A %d", p, n)
 	})
 }
+
+// Node-level room: a gang admitted within its quota (the queue has room)
+// that cannot be placed because a Deployment of lower priority fills the
+// only node evicts just enough of its pods, and is bound.
+func TestNodePreemptionMakesRoom(t *testing.T) {
+	ev := newEnv(t)
+	ctx := context.Background()
+	ev.nodes("rc-n-node", 1, "4", "32Gi")
+	for name, v := range map[string]int32{"rc-n-low": 10, "rc-n-high": 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
+		if _, err := ev.cs.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ev.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	ev.lcQueue("rc-n-q", "root", "100")
+	labels := map[string]string{"app": "filler"}
+	four := int32(4)
+	tmpl := lcTemplate(labels, "rc-n-q", "1", corev1.RestartPolicyAlways)
+	tmpl.Spec.PriorityClassName = "rc-n-low"
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "filler", Namespace: ev.ns},
+		Spec: appsv1.DeploymentSpec{Replicas: &four, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl}}
+	if _, err := ev.cs.AppsV1().Deployments(ev.ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev.lcEventually("the filler takes the node", 60*time.Second, func() (bool, string) {
+		p, err := ev.lcList("app=filler")
+		return err == nil && p.bound == 4, fmt.Sprintf("%+v %v", p, err)
+	})
+	pg := &schedv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "urgent", Namespace: ev.ns},
+		Spec: schedv1beta1.PodGroupSpec{MinMember: 2, Queue: "rc-n-q", PriorityClassName: "rc-n-high"}}
+	if _, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev.pod("urgent-0", "urgent", "1", "1Gi", nil)
+	ev.pod("urgent-1", "urgent", "1", "1Gi", nil)
+	ev.eventually("the urgent gang is bound", 60*time.Second, func() bool { return ev.boundCount("urgent", 2) == 2 })
+	p, err := ev.lcList("app=filler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.bound != 2 {
+		t.Errorf("the filler holds %d pods, want 2 (only what the gang needed evicted)", p.bound)
+	}
+	found := false
+	for _, e := range ev.rcEvents("Preempted") {
+		if e.InvolvedObject.Kind == "Pod" && strings.Contains(e.Message, "/urgent") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no Preempted event naming the urgent job")
+	}
+}
