@@ -363,7 +363,9 @@ func TestNodePreemptionMakesRoom(t *testing.T) {
 		if _, err := ev.cs.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = ev.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = ev.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	ev.lcQueue("rc-n-q", "root", "100")
 	labels := map[string]string{"app": "filler"}
