@@ -80,7 +80,13 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 				// it waits for (strict FIFO within a queue).
 				break
 			}
-			reqs = append(reqs, admitReq{job: j, amount: amount, bound: bound, traverse: traverse, terms: s.terms(j)})
+			terms := s.terms(j)
+			// Quota is taken back only for a job of a queue found short
+			// lately, or refused itself (most jobs fit and pay nothing
+			// for the check below), whose gang could run: nothing is
+			// evicted for one that could not.
+			terms.Reclaim = terms.Reclaim && (waiting || s.shortLately(q, now)) && s.couldRun(j, pending, bound)
+			reqs = append(reqs, admitReq{job: j, amount: amount, bound: bound, traverse: traverse, terms: terms})
 		}
 		if len(reqs) > 0 {
 			work = append(work, reqs)
@@ -162,6 +168,9 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		return true
 	case errors.As(err, &qe):
 		s.stats.quotaWaits.Add(1)
+		s.mu.Lock()
+		s.queueShort[j.Queue] = s.cfg.Now()
+		s.mu.Unlock()
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("waiting for quota: %v", qe)
 		if from := s.admittedQueue(j.UID); from != "" && from != j.Queue {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/placement"
 	"github.com/shardsched/shardsched/shard"
 )
 
@@ -60,6 +61,49 @@ func (s *Scheduler) terms(j *api.Job) *coordinator.Terms {
 		}
 	}
 	return t
+}
+
+// shortLately reports whether a job of queue q was refused for quota in
+// the last 2 s.
+func (s *Scheduler) shortLately(q string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.queueShort[q]
+	if ok && now.Sub(at) >= 2*time.Second {
+		delete(s.queueShort, q)
+		return false
+	}
+	return ok
+}
+
+// couldRun reports whether j's gang (its first minMember − bound pending
+// tasks) would fit this shard's nodes were they empty: the placement
+// simulated before quota is taken back for it, with every filter
+// (selectors, taints, sizes). A job with no pending task yet (admitted by
+// its minResources, pods to come) and a shard with no node while others
+// exist are given the benefit of the doubt (its pods may go to another
+// shard's nodes). Loop only.
+func (s *Scheduler) couldRun(j *api.Job, pending []*api.Task, bound int) bool {
+	need := max(int(j.MinMember)-bound, 1)
+	if len(pending) == 0 {
+		return true
+	}
+	nodes := s.snap.Nodes()
+	var empty []*api.NodeBooks
+	for _, b := range nodes {
+		if !b.OutOfSync && !b.Node.Unschedulable {
+			empty = append(empty, &api.NodeBooks{Node: b.Node, Generation: b.Generation})
+		}
+	}
+	if len(empty) == 0 || len(pending) < need {
+		return s.deps.Peers != nil && len(s.deps.Peers.Members()) > 1
+	}
+	pc := s.place
+	pc.Sample = 0
+	if placement.PlaceGang(pc, pending[:need], empty, need, nil).OK {
+		return true
+	}
+	return s.deps.Peers != nil && len(s.deps.Peers.Members()) > 1
 }
 
 // nominated records, for a job whose reservation is nominated, that it

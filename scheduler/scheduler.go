@@ -221,6 +221,8 @@ type Scheduler struct {
 	backoff   map[string]time.Time       // task UID → not before
 	inflight  map[string]string          // task UID → node, bind in progress
 	lastEvent map[string]time.Time       // task or job UID → last FailedScheduling/Unschedulable
+	// queueShort: queue → when a job of it was last refused for quota.
+	queueShort map[string]time.Time
 	// orphans: reservation UID → when reconciliation first found no job
 	// for it (loop only).
 	orphans   map[string]time.Time
@@ -303,7 +305,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		binds:    make(chan bindReq, 4096),
 		groupOps: map[string]time.Time{}, summaries: map[jobKey]cache.JobSummary{}, heldBefore: map[string]time.Time{},
 		jobs: map[string]*jobRec{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
-		lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{},
+		lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{}, queueShort: map[string]time.Time{},
 		ho: newHandoff(), orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
 	}, nil
 }
