@@ -40,6 +40,12 @@ const (
 	// before it is evicted again (a refusal by a disruption budget, a lost
 	// call).
 	evictAgainAfter = 15 * time.Second
+	// quietFor is how long the owner sees a victim's placement quiet (no
+	// claim record, no bind of its own in flight) before it takes its
+	// reservation down: the last binds of a claimer that gave the job back
+	// reach this shard's informer after its claim record's deletion
+	// reached it through etcd.
+	quietFor = time.Second
 )
 
 // terms are what job j brings to its reservation (loop only): its
@@ -159,16 +165,51 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 		if err != nil {
 			s.log.Warn("evictions not read", "err", err)
 		} else {
+			prev := s.marked
 			s.marked = make(map[string]coordinator.Reservation, len(res.Reservations))
 			for _, r := range res.Reservations {
 				if r.Evict != nil {
 					s.marked[r.Job.UID] = r
 				}
 			}
+			// A job no longer marked gave its quota back (its queue's
+			// owner released or shrank its reservation, maybe not this
+			// shard): what this shard knew of its reservation is stale,
+			// and is learnt again before anything more of it is placed.
+			s.mu.Lock()
+			for uid := range prev {
+				if _, still := s.marked[uid]; !still {
+					if rec := s.jobs[uid]; rec != nil && rec.cover != nil {
+						rec.setCover(nil)
+						s.tidy(uid)
+					}
+				}
+			}
+			s.mu.Unlock()
 		}
 	}
 	if len(s.marked) == 0 {
+		clear(s.quietSince)
 		return
+	}
+	// A shard placing a marked job under a claim gives the claim back: no
+	// bind starts under it any more, and the record goes once the binds in
+	// flight end, which tells the queue's owner that nobody else places
+	// the job (below).
+	if s.handoffOn() {
+		for uid := range s.marked {
+			if !s.deps.Claims.Holds(uid) {
+				continue
+			}
+			if c, ok := s.deps.Claims.Lookup(uid); ok && !c.Unknown && c.State == shard.Claimed {
+				s.dropClaim(ctx, c, "it gives quota back")
+			}
+		}
+	}
+	for uid := range s.quietSince {
+		if _, ok := s.marked[uid]; !ok {
+			delete(s.quietSince, uid)
+		}
 	}
 	byUID := make(map[string]*api.Job, len(s.marked))
 	for _, j := range jobs {
@@ -200,17 +241,25 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 		} else {
 			msg += ": a job of higher priority in the same queue"
 		}
+		// The reservation comes down only once nothing more of the job
+		// can be bound: this shard does not place a marked job, so what
+		// it waits for is any other placer and its own binds in flight.
+		quiet := s.placementQuiet(j, now)
 		var out []*api.Task
 		if ev.Whole {
 			if sum.Bound == 0 {
-				releases = append(releases, r)
+				if quiet {
+					releases = append(releases, r)
+				}
 				continue
 			}
 			out = s.boundTasks(j)
 		} else {
 			use := jobUse(sum)
 			if use.LessEqual(ev.To) {
-				shrinks = append(shrinks, r)
+				if quiet {
+					shrinks = append(shrinks, r)
+				}
 				continue
 			}
 			out = s.beyond(j, use, ev.To)
@@ -281,6 +330,23 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 			delete(s.evicted, uid)
 		}
 	}
+}
+
+// placementQuiet reports whether nobody but this shard may place j (no
+// claim record) and no bind of it is in flight here, and has been so for
+// quietFor. Loop only.
+func (s *Scheduler) placementQuiet(j *api.Job, now time.Time) bool {
+	quiet := s.jobBinds(j.UID) == 0 && (!s.handoffOn() || s.deps.Claims.OwnerMayPlace(j.UID, j.Queue))
+	if !quiet {
+		delete(s.quietSince, j.UID)
+		return false
+	}
+	since, ok := s.quietSince[j.UID]
+	if !ok {
+		s.quietSince[j.UID] = now
+		return false
+	}
+	return now.Sub(since) >= quietFor
 }
 
 func reasonWord(reason string) string {
