@@ -62,6 +62,32 @@ func (ev *env) rcDeployment(name, queue string, n int32, cpu string) {
 	}
 }
 
+// rcPriorityClasses creates PriorityClasses (deleted when the test ends).
+func (ev *env) rcPriorityClasses(classes map[string]int32) {
+	ev.t.Helper()
+	for name, v := range classes {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
+		if _, err := ev.cs.SchedulingV1().PriorityClasses().Create(context.Background(), pc, metav1.CreateOptions{}); err != nil {
+			ev.t.Fatal(err)
+		}
+		ev.t.Cleanup(func() {
+			_ = ev.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+}
+
+// rcBound counts the bound pods among PREFIX0-0 .. PREFIX(n-1)-0 (one-pod
+// jobs).
+func (ev *env) rcBound(prefix string, n int) int {
+	bound := 0
+	for i := 0; i < n; i++ {
+		if ev.nodeOf(fmt.Sprintf("%s%d-0", prefix, i)) != "" {
+			bound++
+		}
+	}
+	return bound
+}
+
 // rcEvents are the events of the test's namespace with reason.
 func (ev *env) rcEvents(reason string) []corev1.Event {
 	list, err := ev.cs.CoreV1().Events(ev.ns).List(context.Background(), metav1.ListOptions{})
@@ -77,18 +103,47 @@ func (ev *env) rcEvents(reason string) []corev1.Event {
 	return out
 }
 
-// twoShards starts two shard processes on one etcd and waits until they
-// share the partitions.
-func (ev *env) twoShards() []*Daemon {
+// twoShards starts two shard processes on one etcd, waits until they
+// share the partitions, and returns them with their stop functions.
+func (ev *env) twoShards() ([]*Daemon, []func()) {
 	ev.t.Helper()
 	e := testenv.NewEtcd(ev.t)
-	d0, _ := startDaemon(ev.t, ev.cfg, "shard-0", e.Endpoints, nil)
-	d1, _ := startDaemon(ev.t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()})
+	d0, _, stop0 := runDaemon(ev.t, ev.cfg, "shard-0", e.Endpoints, nil)
+	d1, _, stop1 := runDaemon(ev.t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()})
 	ev.d = d0
 	ev.eventually("both shards hold partitions", 30*time.Second, func() bool {
 		return len(d0.Shard.Owned()) > 0 && len(d1.Shard.Owned()) > 0 && len(d0.Shard.Owned())+len(d1.Shard.Owned()) >= 64
 	})
-	return []*Daemon{d0, d1}
+	return []*Daemon{d0, d1}, []func(){stop0, stop1}
+}
+
+// rcBorrowed sets up the case under queue names prefix-p (capped
+// at 8 CPU), prefix-a and prefix-b (each deserving 4) on two 8-CPU nodes:
+// B (a Deployment of 8 × 1 CPU, app=borrower) borrows all 8 while A is
+// idle. The returned watch checks the quota rule at every pod event.
+func (ev *env) rcBorrowed(prefix string) *lcUsage {
+	ev.t.Helper()
+	ev.nodes(prefix+"-node", 2, "8", "32Gi")
+	ev.rcQueue(prefix+"-p", "root", "8", "", "", true)
+	ev.rcQueue(prefix+"-a", prefix+"-p", "", "4", "", true)
+	ev.rcQueue(prefix+"-b", prefix+"-p", "", "4", "", true)
+	usage := ev.lcWatchUsage()
+	ev.rcDeployment("borrower", prefix+"-b", 8, "1")
+	ev.lcEventually("B borrows all 8 CPU", 60*time.Second, func() (bool, string) {
+		p, err := ev.lcList("app=borrower")
+		return err == nil && p.bound == 8, fmt.Sprintf("%+v %v", p, err)
+	})
+	return usage
+}
+
+// rcFourJobs submits four one-pod jobs of 1 CPU, a0..a3, in queue.
+func (ev *env) rcFourJobs(queue string) {
+	ev.t.Helper()
+	for i := 0; i < 4; i++ {
+		name := fmt.Sprintf("a%d", i)
+		ev.lcPodGroup(name, queue, 1, "")
+		ev.pod(name+"-0", name, "1", "1Gi", nil)
+	}
 }
 
 // The case: a parent capped at 8 CPU with two reclaimable children
@@ -98,32 +153,14 @@ func (ev *env) twoShards() []*Daemon {
 // event. Two shard processes: the victim's queue owner may be either.
 func TestReclaimBorrowedQuotaGivenBack(t *testing.T) {
 	ev := newNamespace(t)
-	ds := ev.twoShards()
+	ds, _ := ev.twoShards()
 	ctx := context.Background()
-	ev.nodes("rc-node", 2, "8", "32Gi")
-	ev.rcQueue("rc-p", "root", "8", "", "", true)
-	ev.rcQueue("rc-a", "rc-p", "", "4", "", true)
-	ev.rcQueue("rc-b", "rc-p", "", "4", "", true)
-	usage := ev.lcWatchUsage()
+	usage := ev.rcBorrowed("rc")
 	defer usage.check(t, 8000) // every pod of the namespace is under rc-p
-	ev.rcDeployment("borrower", "rc-b", 8, "1")
-	ev.lcEventually("B borrows all 8 CPU", 60*time.Second, func() (bool, string) {
-		p, err := ev.lcList("app=borrower")
-		return err == nil && p.bound == 8, fmt.Sprintf("%+v %v", p, err)
-	})
 	start := time.Now()
-	for i := 0; i < 4; i++ {
-		name := fmt.Sprintf("a%d", i)
-		ev.lcPodGroup(name, "rc-a", 1, "")
-		ev.pod(name+"-0", name, "1", "1Gi", nil)
-	}
+	ev.rcFourJobs("rc-a")
 	ev.lcEventually("A's four jobs are bound", 30*time.Second, func() (bool, string) {
-		n := 0
-		for i := 0; i < 4; i++ {
-			if ev.nodeOf(fmt.Sprintf("a%d-0", i)) != "" {
-				n++
-			}
-		}
+		n := ev.rcBound("a", 4)
 		pg, _ := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, "a0", metav1.GetOptions{})
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -142,12 +179,7 @@ func TestReclaimBorrowedQuotaGivenBack(t *testing.T) {
 	// at its share, so it takes nothing back from A), and nothing loops.
 	ev.lcHold("B stays at 4 and A at 4", 3*time.Second, func() (bool, string) {
 		p, err := ev.lcList("app=borrower")
-		n := 0
-		for i := 0; i < 4; i++ {
-			if ev.nodeOf(fmt.Sprintf("a%d-0", i)) != "" {
-				n++
-			}
-		}
+		n := ev.rcBound("a", 4)
 		return err == nil && p.bound == 4 && n == 4, fmt.Sprintf("B %+v, A %d", p, n)
 	})
 	// Visible to users: Preempted events on the evicted pods naming the
@@ -220,15 +252,7 @@ func TestPreemptLowerPriorityGangWhole(t *testing.T) {
 	ev := newEnv(t)
 	ctx := context.Background()
 	ev.nodes("rc-pr-node", 1, "8", "32Gi")
-	for name, v := range map[string]int32{"rc-low": 10, "rc-high": 1000} {
-		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
-		if _, err := ev.cs.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = ev.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
-		})
-	}
+	ev.rcPriorityClasses(map[string]int32{"rc-low": 10, "rc-high": 1000})
 	ev.lcQueue("rc-pr-q", "root", "4")
 	usage := ev.lcWatchUsage()
 	defer usage.check(t, 4000)
@@ -281,29 +305,10 @@ func TestPreemptLowerPriorityGangWhole(t *testing.T) {
 func TestReclaimShardKilledMidPlan(t *testing.T) {
 	ev := newNamespace(t)
 	ctx := context.Background()
-	e := testenv.NewEtcd(t)
-	d0, _, stop0 := runDaemon(t, ev.cfg, "shard-0", e.Endpoints, nil)
-	d1, _, stop1 := runDaemon(t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()})
-	ev.d = d0
-	ev.eventually("both shards hold partitions", 30*time.Second, func() bool {
-		return len(d0.Shard.Owned()) > 0 && len(d1.Shard.Owned()) > 0 && len(d0.Shard.Owned())+len(d1.Shard.Owned()) >= 64
-	})
-	ev.nodes("rc-k-node", 2, "8", "32Gi")
-	ev.rcQueue("rc-k-p", "root", "8", "", "", true)
-	ev.rcQueue("rc-k-a", "rc-k-p", "", "4", "", true)
-	ev.rcQueue("rc-k-b", "rc-k-p", "", "4", "", true)
-	usage := ev.lcWatchUsage()
+	ds, stops := ev.twoShards()
+	usage := ev.rcBorrowed("rc-k")
 	defer usage.check(t, 8000)
-	ev.rcDeployment("borrower", "rc-k-b", 8, "1")
-	ev.lcEventually("B borrows all 8 CPU", 60*time.Second, func() (bool, string) {
-		p, err := ev.lcList("app=borrower")
-		return err == nil && p.bound == 8, fmt.Sprintf("%+v %v", p, err)
-	})
-	for i := 0; i < 4; i++ {
-		name := fmt.Sprintf("a%d", i)
-		ev.lcPodGroup(name, "rc-k-a", 1, "")
-		ev.pod(name+"-0", name, "1", "1Gi", nil)
-	}
+	ev.rcFourJobs("rc-k-a")
 	ev.lcEventually("an A job waits for its victims", 30*time.Second, func() (bool, string) {
 		for i := 0; i < 4; i++ {
 			pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, fmt.Sprintf("a%d", i), metav1.GetOptions{})
@@ -318,21 +323,14 @@ func TestReclaimShardKilledMidPlan(t *testing.T) {
 		}
 		return false, "no Reclaiming condition yet"
 	})
-	victimOwner := "shard-1"
-	if d0.Shard.Holds(shard.QueueKey("rc-k-b")) {
-		victimOwner = "shard-0"
-		stop0()
-	} else {
-		stop1()
+	victimOwner := 1
+	if ds[0].Shard.Holds(shard.QueueKey("rc-k-b")) {
+		victimOwner = 0
 	}
-	t.Logf("stopped %s, the owner of rc-k-b, mid-plan", victimOwner)
+	stops[victimOwner]()
+	t.Logf("stopped shard-%d, the owner of rc-k-b, mid-plan", victimOwner)
 	ev.lcEventually("A's four jobs are bound", 90*time.Second, func() (bool, string) {
-		n := 0
-		for i := 0; i < 4; i++ {
-			if ev.nodeOf(fmt.Sprintf("a%d-0", i)) != "" {
-				n++
-			}
-		}
+		n := ev.rcBound("a", 4)
 		return n == 4, fmt.Sprintf("%d of A's pods bound", n)
 	})
 	ev.lcEventually("B is back to its deserved 4", 30*time.Second, func() (bool, string) {
@@ -341,12 +339,7 @@ func TestReclaimShardKilledMidPlan(t *testing.T) {
 	})
 	ev.lcHold("A keeps 4 and B 4", 3*time.Second, func() (bool, string) {
 		p, err := ev.lcList("app=borrower")
-		n := 0
-		for i := 0; i < 4; i++ {
-			if ev.nodeOf(fmt.Sprintf("a%d-0", i)) != "" {
-				n++
-			}
-		}
+		n := ev.rcBound("a", 4)
 		return err == nil && p.bound == 4 && n == 4, fmt.Sprintf("B %+v, A %d", p, n)
 	})
 }
@@ -358,15 +351,7 @@ func TestNodePreemptionMakesRoom(t *testing.T) {
 	ev := newEnv(t)
 	ctx := context.Background()
 	ev.nodes("rc-n-node", 1, "4", "32Gi")
-	for name, v := range map[string]int32{"rc-n-low": 10, "rc-n-high": 1000} {
-		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
-		if _, err := ev.cs.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = ev.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
-		})
-	}
+	ev.rcPriorityClasses(map[string]int32{"rc-n-low": 10, "rc-n-high": 1000})
 	ev.lcQueue("rc-n-q", "root", "100")
 	labels := map[string]string{"app": "filler"}
 	four := int32(4)
