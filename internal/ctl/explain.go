@@ -499,6 +499,9 @@ func summarize(e *Explanation, me *jobView, tree *api.Tree, left map[string]erro
 			return fmt.Sprintf("admitted (%s), its quota reserved, but no room on any node of the cluster for %d more pod(s): %s", j.Phase, e.Placement.Needed, e.Placement.Message)
 		}
 	}
+	if c := e.Scheduler; c != nil && (c.Reason == "Reclaiming" || c.Reason == "Preempting") {
+		return fmt.Sprintf("quota is being taken back for it: the quota is held for it and its pods are bound once its victims are gone (%s)", c.Message)
+	}
 	spec, _ := tree.Get(j.Queue)
 	if spec.Closed {
 		return fmt.Sprintf("its queue %q is closed (or closing): it admits no new job", j.Queue)

@@ -122,6 +122,24 @@ func TestExplainQueueShortNamesLevelAndHolder(t *testing.T) {
 	}
 }
 
+// A job for which quota is being taken back says so, with whom it waits
+// for, rather than a shortage its held quota no longer has.
+func TestExplainJobWaitingForVictims(t *testing.T) {
+	w := &world{}
+	w.queue("p", "root", "2")
+	w.queue("a", "p", "")
+	w.queue("b", "p", "")
+	w.node("n1", "32")
+	w.group("borrow", "b", 1, schedv1beta1.PodGroupRunning, time.Hour)
+	w.pod("borrow-0", "borrow", "2", "n1")
+	w.group("lend", "a", 1, schedv1beta1.PodGroupPending, time.Minute)
+	w.Groups[len(w.Groups)-1].Status.Conditions = []schedv1beta1.PodGroupCondition{{Type: schedv1beta1.PodGroupUnschedulableType,
+		Status: corev1.ConditionTrue, Reason: "Reclaiming", Message: `quota held for it in queue "a"; waiting for 1 victim(s) to go (reclaim): ns/borrow in queue b`}}
+	w.pod("lend-0", "lend", "1", "")
+	e := explain(t, w, "podgroup", "lend")
+	wantIn(t, "summary", e.Summary, "quota is being taken back for it", "ns/borrow in queue b")
+}
+
 func TestExplainWaitsBehindOlderJobInFifoQueue(t *testing.T) {
 	for _, strategy := range []schedv1beta1.DequeueStrategy{schedv1beta1.DequeueStrategyFIFO, schedv1beta1.DequeueStrategyTraverse} {
 		t.Run(string(strategy), func(t *testing.T) {
