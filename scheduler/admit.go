@@ -74,6 +74,9 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 				if traverse {
 					continue // dequeueStrategy traverse: later jobs may pass it
 				}
+				if !rec.nominatedAt.IsZero() {
+					continue // its quota is held while its victims go: it holds up nobody
+				}
 				// Refused a moment ago: the jobs behind it in this queue
 				// (same or lower priority, younger) wait too, so a big
 				// gang is not starved by smaller ones taking the quota
@@ -133,8 +136,11 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 	switch {
 	case err == nil && res.Reservation.State == coordinator.Nominated:
 		// Quota is being taken back for it: held, not yet its own. It
-		// asks again (with the backoff) until its victims are gone.
-		s.backOffAdmission(j.UID)
+		// asks again every nominatedRetry until its victims are gone.
+		s.mu.Lock()
+		rec := s.rec(j.UID)
+		rec.admitWait = quotaBackoff{until: s.cfg.Now().Add(nominatedRetry), delay: nominatedRetry}
+		s.mu.Unlock()
 		s.nominated(j, res)
 		return true // what it waits for is held for it: the jobs behind it may ask
 	case err == nil:

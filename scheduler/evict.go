@@ -40,6 +40,9 @@ const (
 	// before it is evicted again (a refusal by a disruption budget, a lost
 	// call).
 	evictAgainAfter = 15 * time.Second
+	// nominatedRetry is how often a job whose reservation is nominated
+	// asks again (it is promoted at the first ask after its victims went).
+	nominatedRetry = 250 * time.Millisecond
 	// quietFor is how long the owner sees a victim's placement quiet (no
 	// claim record, no bind of its own in flight) before it takes its
 	// reservation down: the last binds of a claimer that gave the job back
@@ -94,6 +97,31 @@ func (s *Scheduler) couldRun(j *api.Job, pending []*api.Task, bound int) bool {
 	if len(pending) == 0 {
 		return true
 	}
+	// Once per job and shape of its pending tasks: the answer is about
+	// node sizes and filters, which change rarely.
+	key := runnableKey{pending: len(pending), bound: bound, version: j.ResourceVersion}
+	if m, ok := s.runnable[j.UID]; ok && m.key == key {
+		return m.ok
+	}
+	ok := s.couldRunNow(pending, need)
+	s.runnable[j.UID] = runnableMemo{key: key, ok: ok}
+	return ok
+}
+
+// runnableKey is what couldRun's answer for a job depends on.
+type runnableKey struct {
+	pending, bound int
+	version        string
+}
+
+type runnableMemo struct {
+	key runnableKey
+	ok  bool
+}
+
+// couldRunNow is couldRun without the memo: the first need of pending on
+// this shard's nodes, emptied, with the node sample placement uses.
+func (s *Scheduler) couldRunNow(pending []*api.Task, need int) bool {
 	nodes := s.snap.Nodes()
 	var empty []*api.NodeBooks
 	for _, b := range nodes {
@@ -105,8 +133,8 @@ func (s *Scheduler) couldRun(j *api.Job, pending []*api.Task, bound int) bool {
 		return s.deps.Peers != nil && len(s.deps.Peers.Members()) > 1
 	}
 	pc := s.place
-	pc.Sample = 0
-	if placement.PlaceGang(pc, pending[:need], empty, need, nil).OK {
+	pc.Sample = nodeSample(len(empty))
+	if placement.PlaceGang(pc, pending[:need], empty, need, s.rng).OK {
 		return true
 	}
 	return s.deps.Peers != nil && len(s.deps.Peers.Members()) > 1

@@ -108,6 +108,11 @@ func (s *Scheduler) endHold(placed, mine, live map[string]bool) {
 			delete(s.heldBefore, uid)
 		}
 	}
+	for uid := range s.runnable {
+		if !live[uid] {
+			delete(s.runnable, uid)
+		}
+	}
 	for uid, r := range s.roomTried {
 		if !live[uid] || s.cfg.Now().Sub(r.at) >= nodePreemptAgain {
 			delete(s.roomTried, uid)

@@ -207,11 +207,12 @@ type Scheduler struct {
 	// only); evicted: task UID → when this shard evicted it (loop only).
 	marked        map[string]coordinator.Reservation
 	evicted       map[string]time.Time
-	roomTried     map[string]roomTry   // loop only: node-level preemption (nodepreempt.go)
-	quietSince    map[string]time.Time // loop only: victim UID → since when nobody else places it (evict.go)
-	lastEvictPoll time.Time            // loop only
-	ho            handoff              // loop only
-	held          *hold                // loop only: nodes held for a starving gang
+	roomTried     map[string]roomTry      // loop only: node-level preemption (nodepreempt.go)
+	quietSince    map[string]time.Time    // loop only: victim UID → since when nobody else places it (evict.go)
+	runnable      map[string]runnableMemo // loop only: couldRun's answer per job (evict.go)
+	lastEvictPoll time.Time               // loop only
+	ho            handoff                 // loop only
+	held          *hold                   // loop only: nodes held for a starving gang
 	// heldBefore is when each gang was last given a hold (loop only).
 	heldBefore map[string]time.Time
 
@@ -297,7 +298,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 			Help: "Jobs marked to give quota back per job that took it (reclaim or preemption), seen by the preemptor's queue owner.", Buckets: prometheus.ExponentialBuckets(1, 2, 8)}),
 		reclaimWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "shardsched", Name: "reclaim_to_running_seconds",
 			Help: "Time from a job's nomination (quota taken back for it) to its gang bound.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
-		marked: map[string]coordinator.Reservation{}, evicted: map[string]time.Time{}, roomTried: map[string]roomTry{}, quietSince: map[string]time.Time{},
+		marked: map[string]coordinator.Reservation{}, evicted: map[string]time.Time{}, roomTried: map[string]roomTry{}, quietSince: map[string]time.Time{}, runnable: map[string]runnableMemo{},
 		hist:   newHistograms(),
 		tracer: cfg.Tracer.Tracer("shardsched/scheduler"),
 		cfg:    cfg, deps: deps, place: pc, log: cfg.Logger,
