@@ -469,7 +469,23 @@ func (l *Ledger) plan(req ReserveRequest, path []string) ([]*pick, bool) {
 		}
 	}
 	if lowestShort < 0 {
-		return nil, false
+		// Nothing is short once the victims already marked are gone: a
+		// victim that went whole frees more than its nominee needs. The
+		// job waits for that quota, nominated with no victim of its own,
+		// if it could take quota back from the level over capability at
+		// all (its levels below it stay within their deserved share);
+		// else it is refused, so a borrower never takes what is going.
+		qe := l.overAt(path, req.Amount)
+		if qe == nil {
+			return nil, false
+		}
+		over := slices.Index(path, qe.Queue)
+		for i := range over {
+			if !l.withinDeserved(path[i], req.Amount, future) {
+				return nil, false
+			}
+		}
+		return nil, true
 	}
 	dims := slices.Sorted(func(yield func(string) bool) {
 		for d := range contended {

@@ -125,6 +125,9 @@ func runReclaim(t *testing.T, l *Ledger, d *datadriven.TestData) string {
 				vs = append(vs, rcVictim(v))
 			}
 			out = "nominated; victims: " + strings.Join(vs, ", ")
+			if len(vs) == 0 {
+				out = "nominated; no victim of its own (waits for quota already going)"
+			}
 		default:
 			out = string(r.State)
 			if existed {

@@ -169,7 +169,7 @@ func (s *Scheduler) nominated(j *api.Job, res coordinator.Result) {
 	}
 	msg := fmt.Sprintf("quota held for it in queue %q; waiting for %d victim(s) to go (%s): %s", j.Queue, len(names), why, strings.Join(names, ", "))
 	if len(names) == 0 {
-		msg = fmt.Sprintf("quota held for it in queue %q; its victims are gone, it is admitted at its next ask", j.Queue)
+		msg = fmt.Sprintf("quota held for it in queue %q; admitted at its next ask once what victims give back is free", j.Queue)
 	}
 	s.waiting(j, reason, msg)
 }

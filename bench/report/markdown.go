@@ -180,7 +180,8 @@ func (r Report) writeReclaim(b *strings.Builder) {
 	}
 	b.WriteString("## Reclaim\n\n")
 	b.WriteString("Idle queues bursting against borrowers: from the switch, the time until each lending queue holds its deserved share " +
-		"(or all it asks), the CPU evicted against the least that had to be, and pods of lenders evicted (loops).\n\n")
+		"(or all it asks), the CPU evicted against the least that had to be, pods evicted from a queue not above its deserved share " +
+		"(loops, recounted from the pods), and pods of lenders evicted (a lender that borrowed beyond its share may lose that to another).\n\n")
 	var rows [][]string
 	for _, run := range r.Runs {
 		rc := run.Reclaim
@@ -189,12 +190,12 @@ func (r Report) writeReclaim(b *strings.Builder) {
 		}
 		rows = append(rows, []string{oneLine(run.Name), fmt.Sprintf("%d/%d", rc.Asking, rc.Lenders), num(rc.ReachP50), num(rc.ReachP99),
 			fmt.Sprint(rc.NeverReached), fmt.Sprint(rc.EvictedPods), num(rc.EvictedCPU), num(rc.NeededCPU), num(rc.EvictedPerNeeded),
-			fmt.Sprint(rc.Loops), fmt.Sprint(run.Invariants["quota_overruns"])})
+			fmt.Sprint(rc.Loops), fmt.Sprint(rc.LenderEvictions), fmt.Sprint(run.Invariants["quota_overruns"])})
 	}
 	writeTable(b, []column{
 		{name: "Run"}, {name: "Lenders asking", right: true}, {name: "Share reached p50 (s)", right: true}, {name: "p99 (s)", right: true},
 		{name: "Never", right: true}, {name: "Pods evicted", right: true}, {name: "CPU evicted", right: true},
-		{name: "CPU needed", right: true}, {name: "Evicted / needed", right: true}, {name: "Loops", right: true}, {name: "Overruns", right: true},
+		{name: "CPU needed", right: true}, {name: "Evicted / needed", right: true}, {name: "Loops", right: true}, {name: "Lender pods evicted", right: true}, {name: "Overruns", right: true},
 	}, rows)
 }
 

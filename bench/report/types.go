@@ -99,8 +99,12 @@ type Reclaim struct {
 	EvictedCPU       float64 `json:"evictedCPU"`
 	NeededCPU        float64 `json:"neededCPU"`
 	EvictedPerNeeded float64 `json:"evictedPerNeeded"`
-	// Loops counts pods of lenders evicted (a reclaim reclaimed back).
+	// Loops counts pods evicted from a queue that was not above its
+	// deserved share (recounted from the pods): a reclaim reclaimed back.
 	Loops int64 `json:"loops"`
+	// LenderEvictions counts pods of lenders evicted: a lender that
+	// borrowed beyond its share once it had it may lose that to another.
+	LenderEvictions int64 `json:"lenderEvictions"`
 }
 
 // Point is one sample of a time series.

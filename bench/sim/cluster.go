@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -52,7 +53,9 @@ type Cluster struct {
 	// run declares, for the quota invariant
 	paths map[string][]string
 	caps  map[string]api.Limit
-	used  map[string]api.Resource // every queue level: requests of bound, unfinished pods
+	// deserved is each queue's deserved CPU (milli), where it sets one.
+	deserved map[string]int64
+	used     map[string]api.Resource // every queue level: requests of bound, unfinished pods
 	// overruns are the first quota overruns seen (at binds and samples).
 	overruns []Overrun
 	// overrunsByKind counts overrunning binds by job kind.
@@ -86,6 +89,11 @@ type Stats struct {
 	// Reclaim (reclaim.go): pods evicted to give quota back, their CPU
 	// (milli), and those of them in lending queues.
 	ReclaimEvicted, ReclaimEvictedCPU, LenderEvictions int64
+	// BelowShareEvictions counts pods evicted to give quota back from a
+	// leaf queue whose bound pods then asked for no more CPU than its
+	// deserved share (recounted from the pods): a victim that was not
+	// above its share, which the reclaim rule forbids (a loop).
+	BelowShareEvictions int64
 	// QuotaOverruns counts, for every bind, each queue level (the pod's
 	// leaf queue and every ancestor) that the bind left above its
 	// capability in some dimension: requests of the bound, unfinished pods
@@ -173,7 +181,7 @@ func (o Overrun) String() string {
 func NewCluster(w *Workload, n int, tree *api.Tree) (*Cluster, error) {
 	c := &Cluster{start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nodes: map[string]*simNode{}, pods: map[string]*simPod{},
 		jobs: map[string]*simJob{}, groups: map[string]*simGroup{}, groupUIDs: map[string]string{}, paths: map[string][]string{},
-		caps: map[string]api.Limit{}, used: map[string]api.Resource{}, overrunsByKind: map[string]int64{},
+		caps: map[string]api.Limit{}, deserved: map[string]int64{}, used: map[string]api.Resource{}, overrunsByKind: map[string]int64{},
 		pendingCPU: map[string]int64{}, queueWriters: map[string]map[string]bool{}, gpuEvery: w.Node.GPUEvery}
 	for _, spec := range tree.Specs() {
 		p, err := tree.Path(spec.Name)
@@ -182,6 +190,9 @@ func NewCluster(w *Workload, n int, tree *api.Tree) (*Cluster, error) {
 		}
 		c.paths[spec.Name] = p
 		c.caps[spec.Name] = spec.Capability
+		if slices.Contains(spec.Deserved.Dims(), api.CPU) {
+			c.deserved[spec.Name] = spec.Deserved.Get(api.CPU)
+		}
 	}
 	c.AddNodes(w, n)
 	return c, nil

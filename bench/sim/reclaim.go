@@ -22,7 +22,8 @@ import (
 // each lender, the time from the switch until it holds its deserved share
 // (or all it asks, when less); the CPU evicted against the least that had
 // to be (what the lenders got beyond what their parents had free at the
-// switch); evictions of lenders' pods (a reclaim reclaimed back: a loop);
+// switch); evictions from a queue not above its deserved share, recounted
+// from the pods (a reclaim reclaimed back: a loop);
 // and, as in every run, quota overruns from the pods.
 
 // ReclaimPhase is a workload's reclaim section.
@@ -64,14 +65,19 @@ func (e *Evictor) Note(*api.Job, string, string) {
 }
 
 // EvictPod removes a bound pod and has its job re-create it, pending
-// (counted in Stats.ReclaimEvicted and ReclaimEvictedCPU, and in
-// LenderEvictions when the pod's queue is a lender's).
+// (counted in Stats.ReclaimEvicted and ReclaimEvictedCPU, in
+// BelowShareEvictions when its queue's bound pods asked for no more CPU than
+// its deserved share, and in LenderEvictions when it is a lender's).
 func (c *Cluster) EvictPod(uid string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p, ok := c.pods[uid]
 	if !ok || p.t.NodeName == "" || p.t.Phase.Terminal() {
 		return
+	}
+	q := p.job.spec.Queue
+	if d, ok := c.deserved[q]; ok && c.used[q].Get(api.CPU) <= d {
+		c.stats.BelowShareEvictions++
 	}
 	c.unbookLocked(p)
 	delete(c.pods, uid)
@@ -85,7 +91,7 @@ func (c *Cluster) EvictPod(uid string) {
 	c.stats.Events++
 	c.stats.ReclaimEvicted++
 	c.stats.ReclaimEvictedCPU += p.t.Request.Get(api.CPU)
-	if c.lenders[p.job.spec.Queue] {
+	if c.lenders[q] {
 		c.stats.LenderEvictions++
 	}
 	c.newPodLocked(p.job, p.t.Name+"-r", p.t.SchedulerName, c.Now())
@@ -205,7 +211,7 @@ func (r *reclaimWatch) figures(st Stats, end time.Duration) *report.Reclaim {
 	if out.NeededCPU > 0 {
 		out.EvictedPerNeeded = out.EvictedCPU / out.NeededCPU
 	}
-	out.Loops = st.LenderEvictions
+	out.Loops, out.LenderEvictions = st.BelowShareEvictions, st.LenderEvictions
 	return out
 }
 

@@ -830,9 +830,9 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 	if rw != nil {
 		run.Reclaim = rw.figures(st, vt)
 		run.Invariants["reclaim_loops"] = run.Reclaim.Loops
-		run.Notes = append(run.Notes, fmt.Sprintf("reclaim: lenders switched on at %.0f s; %d of %d lenders asked; deserved share (or all asked) reached p50 %.1f s, p99 %.1f s after (%d never); %d pods / %.0f CPU evicted against %.0f CPU at least needed (%.2fx); %d lender pods evicted (loops)",
+		run.Notes = append(run.Notes, fmt.Sprintf("reclaim: lenders switched on at %.0f s; %d of %d lenders asked; deserved share (or all asked) reached p50 %.1f s, p99 %.1f s after (%d never); %d pods / %.0f CPU evicted against %.0f CPU at least needed (%.2fx); %d pods evicted from a queue not above its deserved share (loops), %d of lenders",
 			run.Reclaim.At, run.Reclaim.Asking, run.Reclaim.Lenders, run.Reclaim.ReachP50, run.Reclaim.ReachP99, run.Reclaim.NeverReached,
-			run.Reclaim.EvictedPods, run.Reclaim.EvictedCPU, run.Reclaim.NeededCPU, run.Reclaim.EvictedPerNeeded, run.Reclaim.Loops))
+			run.Reclaim.EvictedPods, run.Reclaim.EvictedCPU, run.Reclaim.NeededCPU, run.Reclaim.EvictedPerNeeded, run.Reclaim.Loops, run.Reclaim.LenderEvictions))
 	}
 	if !cfg.Pace {
 		run.Notes = append(run.Notes, "the scheduler's timers (backoffs, offer timeouts) run on the virtual clock, which may run ahead of the wall clock here, while leases and gossip run on the wall clock")

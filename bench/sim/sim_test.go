@@ -283,13 +283,19 @@ func TestLatencyHist(t *testing.T) {
 
 // A pod evicted to give quota back is gone at once, its node's and queue's
 // books with it, and its job re-creates it pending; evictions from lending
-// queues are counted apart (loops in the reclaim scenario).
+// queues are counted apart, and those from a queue not above its deserved
+// share (what the reclaim rule forbids) are counted as loops.
 func TestClusterEvictPod(t *testing.T) {
 	c, _ := newTestCluster(t, 2)
 	ca := cache.New(cache.Options{})
 	c.Subscribe(ca)
 	c.setLenders([]LeafQueue{{Name: "q0-1", Parent: "p0"}})
-	c.Submit(JobSpec{Seq: 1, Queue: "q0-0", Size: 1, CPU: 2000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	// q0-0's pod asks for more than its queue deserves; q0-1's for less.
+	above := c.deserved["q0-0"] + 1000
+	if above > 64000 {
+		t.Fatalf("q0-0 deserves %d milli-CPU: too much for one node", above)
+	}
+	c.Submit(JobSpec{Seq: 1, Queue: "q0-0", Size: 1, CPU: above, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
 	c.Submit(JobSpec{Seq: 2, Queue: "q0-1", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
 	var uids []string
 	for uid, p := range c.pods {
@@ -312,8 +318,12 @@ func TestClusterEvictPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := c.Stats()
-	if st.ReclaimEvicted != 2 || st.ReclaimEvictedCPU != 3000 || st.LenderEvictions != 1 {
-		t.Errorf("evicted %d pods, %d milli-CPU, %d from lenders; want 2, 3000, 1", st.ReclaimEvicted, st.ReclaimEvictedCPU, st.LenderEvictions)
+	if st.ReclaimEvicted != 2 || st.ReclaimEvictedCPU != above+1000 || st.LenderEvictions != 1 {
+		t.Errorf("evicted %d pods, %d milli-CPU, %d from lenders; want 2, %d, 1", st.ReclaimEvicted, st.ReclaimEvictedCPU, st.LenderEvictions, above+1000)
+	}
+	// q0-0 was above its deserved share, q0-1 was not: one loop.
+	if st.BelowShareEvictions != 1 {
+		t.Errorf("%d evictions from queues not above their deserved share, want 1 (q0-1's)", st.BelowShareEvictions)
 	}
 	if sm := c.sample(nil, false); sm.pending != 2 || sm.usedCPU != 0 {
 		t.Errorf("after evictions: %d pending, %d used; want the 2 pods re-created pending, 0 used", sm.pending, sm.usedCPU)
