@@ -131,23 +131,6 @@ func (c *Client) Close() {
 	c.hc.CloseIdleConnections()
 }
 
-// Result is the answer to a request.
-type Result struct {
-	Reservation Reservation
-	Existed     bool // Reserve: the UID already held this reservation
-	Found       bool // Release: the UID held a reservation
-	// Granted is how many of a Resize's targets were applied; Refused, why
-	// the next one was not (nil when all were).
-	Granted      int
-	Refused      *QuotaError
-	Reservations []Reservation
-	Specs        []api.QueueSpec
-	// Victims: for a Reserve answered with a nominated reservation, the
-	// reservations that must give quota back first.
-	Victims []Reservation
-	Seq     Seq
-}
-
 // Reserve asks for amount on queue and all its ancestors for job. A refusal
 // for lack of quota is a *QuotaError (errors.As); bad input wraps ErrInvalid.
 // Result.Seq is set for refusals too.

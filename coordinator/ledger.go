@@ -1,87 +1,12 @@
 package coordinator
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
 
 	"github.com/shardsched/shardsched/api"
 )
-
-// State is the state of a reservation.
-type State string
-
-// Reservation states.
-const (
-	// Tentative reservations are bound to the asking shard's etcd session
-	// lease and vanish with it.
-	Tentative State = "Tentative"
-	// Confirmed reservations survive the shard; only Release removes them.
-	Confirmed State = "Confirmed"
-	// Nominated reservations are held for a job that takes quota back
-	// (reclaim.go): booked at every level while its victims go, bound to
-	// the asking shard's lease like a tentative one, and usable for
-	// nothing until promoted to Tentative by the job's next Reserve once
-	// no victim is left.
-	Nominated State = "Nominated"
-)
-
-// Errors returned for bad requests. QuotaError (not wrapped here) reports a
-// reservation that does not fit.
-var (
-	ErrInvalid  = errors.New("invalid request")
-	ErrNotFound = errors.New("reservation not found")
-	ErrConflict = errors.New("reservation conflict")
-)
-
-// JobRef names a job. Jobs are identified by UID alone: the same namespace
-// and name with another UID is another job.
-type JobRef struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	UID       string `json:"uid"`
-}
-
-func (j JobRef) String() string { return j.Namespace + "/" + j.Name + " (uid " + j.UID + ")" }
-
-// Reservation is quota held by one job on its leaf queue and every ancestor.
-type Reservation struct {
-	Job    JobRef       `json:"job"`
-	Queue  string       `json:"queue"`
-	Path   []string     `json:"path"` // the leaf first, the root last
-	Amount api.Resource `json:"amount"`
-	State  State        `json:"state"`
-	// Lease is the etcd lease of the shard session a tentative reservation
-	// is bound to (0 once confirmed).
-	Lease int64  `json:"lease,omitempty"`
-	Shard string `json:"shard,omitempty"`
-	// Floor is what the job asked for when admitted (its gang: minMember
-	// tasks or minResources); what Amount holds above it is given back
-	// first when quota is taken back.
-	Floor api.Resource `json:"floor"`
-	// The job's terms (Terms): priority, protection, creation time.
-	Priority  int32 `json:"priority,omitempty"`
-	Protected bool  `json:"protected,omitempty"`
-	Created   int64 `json:"created,omitempty"`
-	// Evict is set while the job must give quota back to another.
-	Evict *Eviction `json:"evict,omitempty"`
-}
-
-func (r Reservation) clone() Reservation {
-	r.Path = append([]string(nil), r.Path...)
-	r.Amount = r.Amount.Clone()
-	r.Floor = r.Floor.Clone()
-	r.Evict = r.Evict.clone()
-	return r
-}
-
-// setTerms records a job's terms (nil: none).
-func (r *Reservation) setTerms(t *Terms) {
-	if t != nil {
-		r.Priority, r.Protected, r.Created = t.Priority, t.Protected, t.Created
-	}
-}
 
 // ReserveRequest asks for quota for one job.
 type ReserveRequest struct {
@@ -95,30 +20,6 @@ type ReserveRequest struct {
 	// Terms, when set, are recorded on the reservation; with Reclaim the
 	// job takes quota back when it does not fit (reclaim.go).
 	Terms *Terms `json:"terms,omitempty"`
-}
-
-// QuotaError says that a reservation does not fit: at Queue (the first level
-// short, walking from the leaf to the root), Resource is short by Short.
-type QuotaError struct {
-	Queue      string `json:"queue"`
-	Resource   string `json:"resource"`
-	Reserved   int64  `json:"reserved"`
-	Asked      int64  `json:"asked"`
-	Capability int64  `json:"capability"`
-	Short      int64  `json:"short"`
-	// Held is what the queue's other children keep for their guarantee
-	// and do not use (admissions elsewhere cannot eat into it).
-	Held int64 `json:"held,omitempty"`
-}
-
-func (e *QuotaError) Error() string {
-	f := func(v int64) string { return api.FormatQuantity(e.Resource, v) }
-	if e.Held > 0 {
-		return fmt.Sprintf("queue %q is short of %s by %s: reserved %s + asked %s + %s held for other queues' guarantee > capability %s",
-			e.Queue, e.Resource, f(e.Short), f(e.Reserved), f(e.Asked), f(e.Held), f(e.Capability))
-	}
-	return fmt.Sprintf("queue %q is short of %s by %s: reserved %s + asked %s > capability %s",
-		e.Queue, e.Resource, f(e.Short), f(e.Reserved), f(e.Asked), f(e.Capability))
 }
 
 // Ledger is the hierarchical quota ledger: the queue tree, every
@@ -166,7 +67,7 @@ func (l *Ledger) Get(uid string) (Reservation, bool) {
 	if !ok {
 		return Reservation{}, false
 	}
-	return r.clone(), true
+	return r.Clone(), true
 }
 
 // Len returns the number of reservations.
@@ -176,7 +77,7 @@ func (l *Ledger) Len() int { return len(l.res) }
 func (l *Ledger) Reservations() []Reservation {
 	out := make([]Reservation, 0, len(l.res))
 	for _, r := range l.res {
-		out = append(out, r.clone())
+		out = append(out, r.Clone())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Job.UID < out[j].Job.UID })
 	return out
@@ -228,10 +129,10 @@ func (l *Ledger) Reserve(req ReserveRequest) (res Reservation, existed bool, err
 				if r.State == Tentative && req.Lease != 0 && r.Lease != req.Lease {
 					r.Lease, r.Shard = req.Lease, req.Shard
 				}
-				return r.clone(), true, nil
+				return r.Clone(), true, nil
 			}
 			if l.keepNominated(r, req) {
-				return r.clone(), true, nil
+				return r.Clone(), true, nil
 			}
 			// Dropped (moved, or no longer fits once its victims went):
 			// asked for again below, as new.
@@ -256,14 +157,14 @@ func (l *Ledger) Reserve(req ReserveRequest) (res Reservation, existed bool, err
 		Job: req.Job, Queue: req.Queue, Path: path, Amount: req.Amount.Clone(), Floor: req.Amount.Clone(),
 		State: Tentative, Lease: req.Lease, Shard: req.Shard,
 	}
-	r.setTerms(req.Terms)
+	r.SetTerms(req.Terms)
 	if req.Lease == 0 {
 		// No session to bind to: the caller vouches for the job itself.
 		r.State = Confirmed
 	}
 	l.insert(r)
 	l.book(r)
-	return r.clone(), false, nil
+	return r.Clone(), false, nil
 }
 
 // keepNominated answers the nominee's Reserve: while victims are left it
@@ -332,7 +233,7 @@ func (l *Ledger) Confirm(uid string) (Reservation, error) {
 		return Reservation{}, fmt.Errorf("%w: the reservation of %s is nominated, not yet the job's", ErrInvalid, r.Job)
 	}
 	r.State, r.Lease = Confirmed, 0
-	return r.clone(), nil
+	return r.Clone(), nil
 }
 
 // Release removes a reservation and returns it; found is false (and nothing
@@ -357,7 +258,7 @@ func (l *Ledger) Release(uid string) (res Reservation, found bool) {
 		delete(l.nominees, uid)
 		l.unmarkVictimsOf(uid) // its plan is undone
 	}
-	return r.clone(), true
+	return r.Clone(), true
 }
 
 // insert adds r to the reservations and their index by queue.
@@ -491,7 +392,7 @@ func (l *Ledger) Restore(r Reservation) {
 	if old, ok := l.res[r.Job.UID]; ok {
 		l.Release(old.Job.UID)
 	}
-	rc := r.clone()
+	rc := r.Clone()
 	if p, err := l.tree.Path(rc.Queue); err == nil {
 		rc.Path = p
 	}
@@ -502,7 +403,7 @@ func (l *Ledger) Restore(r Reservation) {
 		l.nominees[rc.Job.UID] = true
 	}
 	if r.Evict != nil {
-		l.mark(&rc, *r.Evict.clone())
+		l.mark(&rc, *r.Evict.Clone())
 		delete(l.dirty, rc.Job.UID)
 	}
 }

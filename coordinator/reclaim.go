@@ -52,54 +52,12 @@ import (
 // victims chosen are then pruned, last first, of any the preemptor does not
 // need: never more is taken than it needs.
 
-// Terms are what a job brings to its reservation beyond the amount: what
-// is weighed when quota is taken back.
-type Terms struct {
-	// Priority is the job's priority (its PriorityClass, else its pods').
-	Priority int32 `json:"priority,omitempty"`
-	// Protected: volcano.sh/preemptable "false" on the PodGroup or a pod.
-	Protected bool `json:"protected,omitempty"`
-	// Created is the job's creation time, unix nanoseconds.
-	Created int64 `json:"created,omitempty"`
-	// Reclaim asks for a plan (victims and a nominated reservation) when
-	// the job does not fit; without it a job that does not fit is refused.
-	Reclaim bool `json:"reclaim,omitempty"`
-}
-
-// Why a reservation is taken back.
-const (
-	ReasonReclaim = "reclaim" // by a queue below its deserved share, from one above
-	ReasonPreempt = "preempt" // by a job of higher priority in the same queue
-)
-
-// Eviction marks a reservation whose job must give quota back to By.
-type Eviction struct {
-	By      JobRef `json:"by"`
-	ByQueue string `json:"byQueue"`
-	Reason  string `json:"reason"`
-	// Whole: the job goes entirely (its reservation is released once its
-	// pods are gone). Otherwise it comes down to To: its pods beyond its
-	// gang are evicted until what is bound fits in To, then its
-	// reservation is resized to To.
-	Whole bool         `json:"whole,omitempty"`
-	To    api.Resource `json:"to"`
-}
-
-func (e *Eviction) clone() *Eviction {
-	if e == nil {
-		return nil
-	}
-	c := *e
-	c.To = e.To.Clone()
-	return &c
-}
-
 // Victims returns the reservations marked for the nominee uid, sorted by UID.
 func (l *Ledger) Victims(uid string) []Reservation {
 	out := make([]Reservation, 0, len(l.victims[uid]))
 	for v := range l.victims[uid] {
 		if r, ok := l.res[v]; ok {
-			out = append(out, r.clone())
+			out = append(out, r.Clone())
 		}
 	}
 	slices.SortFunc(out, func(a, b Reservation) int { return cmp.Compare(a.Job.UID, b.Job.UID) })
@@ -113,7 +71,7 @@ func (l *Ledger) Evicting() []Reservation {
 	for _, set := range l.victims {
 		for v := range set {
 			if r, ok := l.res[v]; ok {
-				out = append(out, r.clone())
+				out = append(out, r.Clone())
 			}
 		}
 	}
@@ -696,7 +654,7 @@ func (l *Ledger) applyPlan(req ReserveRequest, path []string, picks []*pick) Res
 		Job: req.Job, Queue: req.Queue, Path: path, Amount: req.Amount.Clone(), Floor: req.Amount.Clone(),
 		State: Nominated, Lease: req.Lease, Shard: req.Shard,
 	}
-	r.setTerms(req.Terms)
+	r.SetTerms(req.Terms)
 	l.insert(r)
 	l.nominees[req.Job.UID] = true
 	l.book(r)
@@ -711,7 +669,7 @@ func (l *Ledger) applyPlan(req ReserveRequest, path []string, picks []*pick) Res
 		}
 		l.mark(p.r, ev)
 	}
-	return r.clone()
+	return r.Clone()
 }
 
 // describePlan is a one-line account of a plan, for logs.

@@ -49,14 +49,14 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 	}
 	for _, t := range req.Targets {
 		if qe := l.frozen(r, t); qe != nil {
-			return r.clone(), granted, qe, nil
+			return r.Clone(), granted, qe, nil
 		}
 		next, qe, err := l.resized(r, t)
 		if err != nil {
-			return r.clone(), granted, nil, err
+			return r.Clone(), granted, nil, err
 		}
 		if qe != nil {
-			return r.clone(), granted, qe, nil
+			return r.Clone(), granted, qe, nil
 		}
 		for i, q := range r.Path {
 			if next[i].IsZero() {
@@ -71,7 +71,7 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 			l.unmark(r) // it gave back what it was asked for
 		}
 	}
-	return r.clone(), granted, nil, nil
+	return r.Clone(), granted, nil, nil
 }
 
 // frozen refuses a target that raises a dimension of a reservation that
@@ -100,7 +100,7 @@ func (l *Ledger) resized(r *Reservation, target api.Resource) ([]api.Resource, *
 		if err != nil {
 			// Usage below one of its own reservations: the books are
 			// broken; refuse rather than make them worse.
-			return nil, nil, fmt.Errorf("%w: queue %q usage %s below reservation of %s (%s)", ErrConflict, q, u, r.Job, r.Amount)
+			return nil, nil, fmt.Errorf("books broken: queue %q usage %s below reservation of %s (%s)", q, u, r.Job, r.Amount)
 		}
 		n, err := base.Add(target)
 		if err != nil {

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // admit asks the coordinator for every job of an owned queue that has no
@@ -114,7 +114,7 @@ type admitReq struct {
 	// traverse: the queue's dequeueStrategy lets later jobs pass this one
 	// when it is refused.
 	traverse bool
-	terms    *coordinator.Terms
+	terms    *wire.Terms
 }
 
 // reserve asks the coordinator for one job's reservation and records the
@@ -127,14 +127,14 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
 	cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
 	t0 := time.Now()
-	res, err := s.deps.Quota.ReserveWith(cctx, coordinator.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, r.amount, r.terms)
-	s.hist.reserve.Observe(time.Since(t0).Seconds())
+	res, err := s.deps.Quota.ReserveWith(cctx, wire.JobRef{Namespace: j.Namespace, Name: j.Name, UID: j.UID}, j.Queue, r.amount, r.terms)
+	s.obs.Reserve(time.Since(t0))
 	cancel()
 	span.SetAttributes(attribute.Bool("admitted", err == nil))
 	span.End()
-	var qe *coordinator.QuotaError
+	var qe *wire.QuotaError
 	switch {
-	case err == nil && res.Reservation.State == coordinator.Nominated:
+	case err == nil && res.Reservation.State == wire.Nominated:
 		// Quota is being taken back for it: held, not yet its own. It
 		// asks again every nominatedRetry until its victims are gone.
 		s.mu.Lock()
@@ -146,7 +146,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 	case err == nil:
 		s.stats.admitted.Add(1)
 		if !j.Created.IsZero() {
-			s.hist.admissionWait.Observe(s.since(j.Created).Seconds())
+			s.obs.AdmissionWait(s.since(j.Created))
 		}
 		s.log.Debug("admitted", "job", j.Key(), "queue", j.Queue, "amount", r.amount.String())
 		s.mu.Lock()
@@ -183,7 +183,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 			msg = fmt.Sprintf("moving from queue %q: its reservation moves when it fits; until then what runs keeps running and nothing more is placed; %v", from, qe)
 		}
 		s.waiting(j, "QueueQuotaExceeded", msg)
-	case errors.Is(err, coordinator.ErrInvalid):
+	case errors.Is(err, wire.ErrInvalid):
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("cannot be admitted: %v", err)
 		s.waiting(j, "InvalidQueue", msg)

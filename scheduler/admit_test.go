@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // fullQuota refuses every reservation for lack of quota while full is set.
@@ -19,13 +19,13 @@ type fullQuota struct {
 	reserves int
 }
 
-func (f *fullQuota) ReserveWith(ctx context.Context, job coordinator.JobRef, q string, a api.Resource, terms *coordinator.Terms) (coordinator.Result, error) {
+func (f *fullQuota) ReserveWith(ctx context.Context, job wire.JobRef, q string, a api.Resource, terms *wire.Terms) (wire.Result, error) {
 	f.mu.Lock()
 	f.reserves++
 	full := f.full
 	f.mu.Unlock()
 	if full {
-		return coordinator.Result{}, &coordinator.QuotaError{Queue: "root", Resource: api.CPU, Capability: 1000, Asked: 2000, Short: 1000}
+		return wire.Result{}, &wire.QuotaError{Queue: "root", Resource: api.CPU, Capability: 1000, Asked: 2000, Short: 1000}
 	}
 	return f.fakeQuota.ReserveWith(ctx, job, q, a, terms)
 }

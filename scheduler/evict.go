@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/placement"
-	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Evictor evicts the pods of jobs that must give quota back, and records
@@ -54,8 +53,8 @@ const (
 // terms are what job j brings to its reservation (loop only): its
 // priority, whether it or a pod of it is protected, its age, and whether
 // it may take quota back (only where this shard can evict).
-func (s *Scheduler) terms(j *api.Job) *coordinator.Terms {
-	t := &coordinator.Terms{Priority: s.priority(j), Protected: j.Protected, Reclaim: s.deps.Evictor != nil}
+func (s *Scheduler) terms(j *api.Job) *wire.Terms {
+	t := &wire.Terms{Priority: s.priority(j), Protected: j.Protected, Reclaim: s.deps.Evictor != nil}
 	if !j.Created.IsZero() {
 		t.Created = j.Created.UnixNano()
 	}
@@ -144,7 +143,7 @@ func (s *Scheduler) couldRunNow(pending []*api.Task, need int) bool {
 // waits for its victims: its condition says whom, and when it first waited
 // (for the time to running of reclaimed quota). Called concurrently by
 // admit's workers.
-func (s *Scheduler) nominated(j *api.Job, res coordinator.Result) {
+func (s *Scheduler) nominated(j *api.Job, res wire.Result) {
 	s.mu.Lock()
 	rec := s.rec(j.UID)
 	first := rec.nominatedAt.IsZero()
@@ -155,7 +154,7 @@ func (s *Scheduler) nominated(j *api.Job, res coordinator.Result) {
 	reason, why := "Reclaiming", "reclaim"
 	var names []string
 	for _, v := range res.Victims {
-		if v.Evict != nil && v.Evict.Reason == coordinator.ReasonPreempt {
+		if v.Evict != nil && v.Evict.Reason == wire.ReasonPreempt {
 			reason, why = "Preempting", "preempt"
 		}
 		what := v.Job.Namespace + "/" + v.Job.Name + " in queue " + v.Queue
@@ -165,7 +164,7 @@ func (s *Scheduler) nominated(j *api.Job, res coordinator.Result) {
 		names = append(names, what)
 	}
 	if first {
-		s.victimsPer.Observe(float64(len(res.Victims)))
+		s.obs.Victims(len(res.Victims))
 	}
 	msg := fmt.Sprintf("quota held for it in queue %q; waiting for %d victim(s) to go (%s): %s", j.Queue, len(names), why, strings.Join(names, ", "))
 	if len(names) == 0 {
@@ -194,7 +193,7 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 			s.log.Warn("evictions not read", "err", err)
 		} else {
 			prev := s.marked
-			s.marked = make(map[string]coordinator.Reservation, len(res.Reservations))
+			s.marked = make(map[string]wire.Reservation, len(res.Reservations))
 			for _, r := range res.Reservations {
 				if r.Evict != nil {
 					s.marked[r.Job.UID] = r
@@ -229,7 +228,7 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 			if !s.deps.Claims.Holds(uid) {
 				continue
 			}
-			if c, ok := s.deps.Claims.Lookup(uid); ok && !c.Unknown && c.State == shard.Claimed {
+			if c, ok := s.deps.Claims.Lookup(uid); ok && !c.Unknown && c.State == wire.Claimed {
 				s.dropClaim(ctx, c, "it gives quota back")
 			}
 		}
@@ -252,9 +251,9 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 		why string
 	}
 	var evicts []evictReq
-	var releases, shrinks []coordinator.Reservation
+	var releases, shrinks []wire.Reservation
 	for uid, r := range s.marked {
-		if !s.deps.Ownership.Holds(shard.QueueKey(r.Queue)) {
+		if !s.deps.Ownership.Holds(wire.QueueKey(r.Queue)) {
 			continue
 		}
 		j := byUID[uid]
@@ -264,7 +263,7 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 		ev := r.Evict
 		sum := s.summary(j)
 		msg := fmt.Sprintf("%s by job %s/%s of queue %q", reasonWord(ev.Reason), ev.By.Namespace, ev.By.Name, ev.ByQueue)
-		if ev.Reason == coordinator.ReasonReclaim {
+		if ev.Reason == wire.ReasonReclaim {
 			msg += fmt.Sprintf(": queue %q is above its deserved share and %q takes back what it lent", r.Queue, ev.ByQueue)
 		} else {
 			msg += ": a job of higher priority in the same queue"
@@ -308,10 +307,10 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 			s.log.Warn("eviction failed", "pod", e.t.Key(), "err", err)
 			return
 		}
-		s.evictions.WithLabelValues(e.why).Inc()
+		s.obs.Evicted(e.why)
 		s.log.Info("evicted", "pod", e.t.Key(), "job", e.j.Key(), "reason", e.why)
 	})
-	parallel(releases, s.cfg.AdmitParallelism, func(r coordinator.Reservation) {
+	parallel(releases, s.cfg.AdmitParallelism, func(r wire.Reservation) {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 		_, err := s.deps.Quota.Release(cctx, r.Job.UID)
 		cancel()
@@ -325,7 +324,7 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 				r.Evict.By.Namespace, r.Evict.By.Name, r.Evict.ByQueue, r.Evict.Reason))
 		}
 	})
-	parallel(shrinks, s.cfg.AdmitParallelism, func(r coordinator.Reservation) {
+	parallel(shrinks, s.cfg.AdmitParallelism, func(r wire.Reservation) {
 		// The reservation may have shrunk in some dimension since the
 		// plan (a task finished): never ask to raise one.
 		to := api.Resource{}
@@ -378,7 +377,7 @@ func (s *Scheduler) placementQuiet(j *api.Job, now time.Time) bool {
 }
 
 func reasonWord(reason string) string {
-	if reason == coordinator.ReasonPreempt {
+	if reason == wire.ReasonPreempt {
 		return "preempted"
 	}
 	return "reclaimed"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/placement"
-	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Peers is the gossip view of the shards (*shard.Shard): this shard's
@@ -18,8 +18,8 @@ import (
 // SetCapacity must not block.
 type Peers interface {
 	Name() string
-	Members() []shard.Meta
-	SetCapacity(c shard.Capacity)
+	Members() []wire.Meta
+	SetCapacity(c wire.Capacity)
 }
 
 // Claims is the store of claim records (*shard.Claims), through which a job
@@ -28,8 +28,8 @@ type Peers interface {
 // and Delete block for one etcd transaction. See shard.Claims for the
 // transactions.
 type Claims interface {
-	Lookup(uid string) (shard.Claim, bool)
-	List() []shard.Claim
+	Lookup(uid string) (wire.Claim, bool)
+	List() []wire.Claim
 	// OwnerMayPlace: this shard holds the queue's record and knows of no
 	// claim record for the job (with a view at least as new as its
 	// acquisition of the queue's record).
@@ -38,16 +38,11 @@ type Claims interface {
 	Holds(uid string) bool
 	Use(uid string) bool
 	Done(uid string)
-	Offer(ctx context.Context, uid, queue, to string) (shard.Claim, error)
-	Claim(ctx context.Context, uid string, rev int64) (shard.Claim, error)
+	Offer(ctx context.Context, uid, queue, to string) (wire.Claim, error)
+	Claim(ctx context.Context, uid string, rev int64) (wire.Claim, error)
 	Drop(ctx context.Context, uid string, rev int64) error
 	Delete(ctx context.Context, uid string) error
 }
-
-var (
-	_ Peers  = (*shard.Shard)(nil)
-	_ Claims = (*shard.Claims)(nil)
-)
 
 // role is what this shard does with one job in a cycle.
 type role int
@@ -73,9 +68,9 @@ type handoff struct {
 	stuck   map[string]time.Time            // job UID → since when a claimed job does not fit here
 	// dropping are claims this shard gave up while binds under them were
 	// in flight (ErrClaimInUse): the drop is tried again every cycle.
-	dropping map[string]shard.Claim
+	dropping map[string]wire.Claim
 	capAt    time.Time // last capacity publication
-	lastCap  shard.Capacity
+	lastCap  wire.Capacity
 }
 
 type sentOffer struct {
@@ -86,7 +81,7 @@ type sentOffer struct {
 
 func newHandoff() handoff {
 	return handoff{offers: map[string]sentOffer{}, refused: map[string]map[string]time.Time{}, stuck: map[string]time.Time{},
-		dropping: map[string]shard.Claim{}}
+		dropping: map[string]wire.Claim{}}
 }
 
 // handoffOn reports whether jobs may move between shards.
@@ -102,14 +97,14 @@ func (s *Scheduler) roleOf(ctx context.Context, j *api.Job) role {
 		switch {
 		case !admitted:
 			return notMine
-		case s.deps.Ownership.Holds(shard.QueueKey(j.Queue)):
+		case s.deps.Ownership.Holds(wire.QueueKey(j.Queue)):
 			return asOwner
 		default:
 			return placedElsewhere
 		}
 	}
 	if c, ok := s.deps.Claims.Lookup(j.UID); ok {
-		if c.State == shard.Claimed && s.deps.Claims.Holds(j.UID) {
+		if c.State == wire.Claimed && s.deps.Claims.Holds(j.UID) {
 			if c.Queue != j.Queue && !c.Unknown {
 				// Offered from a queue the job has left: the owner of its
 				// new queue places it once its reservation has moved.
@@ -138,7 +133,7 @@ func (s *Scheduler) roleOf(ctx context.Context, j *api.Job) role {
 // followOffer tracks the claim record of a job this shard admitted: it
 // notes when its offer is claimed, and withdraws an offer nobody claimed
 // within OfferTimeout (if the record is still the one it offered).
-func (s *Scheduler) followOffer(ctx context.Context, j *api.Job, c shard.Claim) {
+func (s *Scheduler) followOffer(ctx context.Context, j *api.Job, c wire.Claim) {
 	if c.Unknown {
 		return
 	}
@@ -150,7 +145,7 @@ func (s *Scheduler) followOffer(ctx context.Context, j *api.Job, c shard.Claim) 
 		o = sentOffer{to: c.To, at: now}
 	}
 	o.to = c.To
-	if c.State == shard.Claimed {
+	if c.State == wire.Claimed {
 		o.claimed = true
 		s.ho.offers[j.UID] = o
 		return
@@ -206,7 +201,7 @@ func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) boo
 	}
 	me := s.deps.Peers.Name()
 	now := s.cfg.Now()
-	var best *shard.Meta
+	var best *wire.Meta
 	members := s.deps.Peers.Members()
 	for i := range members {
 		m := &members[i]
@@ -234,7 +229,7 @@ func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) boo
 		s.log.Info("job offered to another shard", "job", j.Key(), "to", best.ID,
 			"gang", len(gang), "gang cpu", sum.MilliCPU, "their free cpu", best.Capacity.FreeMilliCPU)
 		return true
-	case errors.Is(err, shard.ErrNotQueueOwner):
+	case errors.Is(err, wire.ErrNotQueueOwner):
 		return false
 	default:
 		// A record exists, or the outcome is unknown: in both cases the
@@ -257,12 +252,12 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 		err := s.deps.Claims.Drop(cctx, uid, c.Rev)
 		cancel()
-		if !errors.Is(err, shard.ErrClaimInUse) {
+		if !errors.Is(err, wire.ErrClaimInUse) {
 			delete(s.ho.dropping, uid) // dropped, or the record changed or went
 		}
 	}
 	me := s.deps.Peers.Name()
-	var mine []shard.Claim
+	var mine []wire.Claim
 	for _, c := range s.deps.Claims.List() {
 		if c.To == me && !c.Unknown {
 			mine = append(mine, c)
@@ -278,7 +273,7 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 	nodes := s.unheld(s.snap.Nodes()) // nodes held for a starving gang take no other job
 	for _, c := range mine {
 		j := byUID[c.Job]
-		if c.State == shard.Claimed {
+		if c.State == wire.Claimed {
 			if j == nil && s.deps.Claims.Holds(c.Job) {
 				s.dropClaim(ctx, c, "job gone")
 			}
@@ -346,11 +341,11 @@ func (s *Scheduler) claimStuck(ctx context.Context, j *api.Job) {
 }
 
 // dropClaim deletes a record addressed to this shard if it is unchanged.
-func (s *Scheduler) dropClaim(ctx context.Context, c shard.Claim, why string) bool {
+func (s *Scheduler) dropClaim(ctx context.Context, c wire.Claim, why string) bool {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	err := s.deps.Claims.Drop(cctx, c.Job, c.Rev)
 	cancel()
-	if errors.Is(err, shard.ErrClaimInUse) {
+	if errors.Is(err, wire.ErrClaimInUse) {
 		// No new bind starts under it; finish the drop once they end.
 		s.ho.dropping[c.Job] = c
 		return true
@@ -420,7 +415,7 @@ func (s *Scheduler) placed(j *api.Job, r role) bindReq {
 		delete(s.ho.stuck, j.UID)
 		req.claim = j.UID
 	} else {
-		req.queueKey = shard.QueueKey(j.Queue)
+		req.queueKey = wire.QueueKey(j.Queue)
 	}
 	return req
 }
@@ -496,7 +491,7 @@ func gangNeeds(gang []*api.Task) (sum, largest api.Resource, ok bool) {
 // capacityFits reports whether a gossiped capacity may hold a gang: a
 // necessary condition only (the per-dimension largest free amounts may be
 // on different nodes); the claimer's own placement decides.
-func capacityFits(c shard.Capacity, sum, largest api.Resource) bool {
+func capacityFits(c wire.Capacity, sum, largest api.Resource) bool {
 	gpu := func(r api.Resource) int64 { return r.Get(gpuResource) }
 	return c.Nodes > 0 &&
 		sum.MilliCPU <= c.FreeMilliCPU && sum.Memory <= c.FreeMemory && gpu(sum) <= c.FreeGPU &&
@@ -508,8 +503,8 @@ const gpuResource = "nvidia.com/gpu"
 
 // capacity summarizes the free resources of the nodes in the snapshot
 // that placement may use (in sync, schedulable).
-func (s *Scheduler) capacity() shard.Capacity {
-	var c shard.Capacity
+func (s *Scheduler) capacity() wire.Capacity {
+	var c wire.Capacity
 	for _, b := range s.unheld(s.snap.Nodes()) {
 		if b.OutOfSync || b.Node.Unschedulable {
 			continue
@@ -558,7 +553,7 @@ func (s *Scheduler) publishCapacity() {
 	s.deps.Peers.SetCapacity(c)
 }
 
-func noticeable(a, b shard.Capacity) bool {
+func noticeable(a, b wire.Capacity) bool {
 	near := func(x, y int64) bool {
 		d := x - y
 		if d < 0 {

@@ -10,7 +10,7 @@ import (
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/coordinator"
-	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // The tests drive Cycle by hand against a real cache and fakes of the
@@ -88,33 +88,33 @@ func (f *fakeQuota) ensureQueue(q string) {
 	_ = f.setTreeLocked()
 }
 
-func (f *fakeQuota) Reserve(ctx context.Context, job coordinator.JobRef, q string, a api.Resource) (coordinator.Result, error) {
+func (f *fakeQuota) Reserve(ctx context.Context, job wire.JobRef, q string, a api.Resource) (wire.Result, error) {
 	return f.ReserveWith(ctx, job, q, a, nil)
 }
 
-func (f *fakeQuota) ReserveWith(_ context.Context, job coordinator.JobRef, q string, a api.Resource, terms *coordinator.Terms) (coordinator.Result, error) {
+func (f *fakeQuota) ReserveWith(_ context.Context, job wire.JobRef, q string, a api.Resource, terms *wire.Terms) (wire.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("reserve", job.UID)
 	f.ensureQueue(q)
 	r, existed, err := f.ledger.Reserve(coordinator.ReserveRequest{Job: job, Queue: q, Amount: a, Lease: 1, Shard: "s", Terms: terms})
-	out := coordinator.Result{Reservation: r, Existed: existed}
-	if err == nil && r.State == coordinator.Nominated {
+	out := wire.Result{Reservation: r, Existed: existed}
+	if err == nil && r.State == wire.Nominated {
 		out.Victims = f.ledger.Victims(job.UID)
 	}
 	return out, err
 }
 
-func (f *fakeQuota) Evictions(context.Context) (coordinator.Result, error) {
+func (f *fakeQuota) Evictions(context.Context) (wire.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ledger == nil {
 		_ = f.setTreeLocked()
 	}
-	return coordinator.Result{Reservations: f.ledger.Evicting()}, nil
+	return wire.Result{Reservations: f.ledger.Evicting()}, nil
 }
 
-func (f *fakeQuota) Confirm(_ context.Context, uid string) (coordinator.Result, error) {
+func (f *fakeQuota) Confirm(_ context.Context, uid string) (wire.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("confirm", uid)
@@ -122,10 +122,10 @@ func (f *fakeQuota) Confirm(_ context.Context, uid string) (coordinator.Result, 
 		_ = f.setTreeLocked()
 	}
 	r, err := f.ledger.Confirm(uid)
-	return coordinator.Result{Reservation: r}, err
+	return wire.Result{Reservation: r}, err
 }
 
-func (f *fakeQuota) Release(_ context.Context, uid string) (coordinator.Result, error) {
+func (f *fakeQuota) Release(_ context.Context, uid string) (wire.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("release", uid)
@@ -133,10 +133,10 @@ func (f *fakeQuota) Release(_ context.Context, uid string) (coordinator.Result, 
 		_ = f.setTreeLocked()
 	}
 	r, found := f.ledger.Release(uid)
-	return coordinator.Result{Reservation: r, Found: found}, nil
+	return wire.Result{Reservation: r, Found: found}, nil
 }
 
-func (f *fakeQuota) Resize(_ context.Context, uid string, targets []api.Resource) (coordinator.Result, error) {
+func (f *fakeQuota) Resize(_ context.Context, uid string, targets []api.Resource) (wire.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("resize", uid)
@@ -144,16 +144,16 @@ func (f *fakeQuota) Resize(_ context.Context, uid string, targets []api.Resource
 		_ = f.setTreeLocked()
 	}
 	r, granted, refused, err := f.ledger.Resize(coordinator.ResizeRequest{UID: uid, Targets: targets})
-	return coordinator.Result{Reservation: r, Granted: granted, Refused: refused}, err
+	return wire.Result{Reservation: r, Granted: granted, Refused: refused}, err
 }
 
-func (f *fakeQuota) List(context.Context) (coordinator.Result, error) {
+func (f *fakeQuota) List(context.Context) (wire.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ledger == nil {
 		_ = f.setTreeLocked()
 	}
-	return coordinator.Result{Reservations: f.ledger.Reservations()}, nil
+	return wire.Result{Reservations: f.ledger.Reservations()}, nil
 }
 
 func (f *fakeQuota) Calls() []string {
@@ -210,17 +210,17 @@ func (nopStatus) ForgetPodGroup(string) <-chan struct{} {
 type fakePeers struct {
 	mu        sync.Mutex
 	name      string
-	members   []shard.Meta
-	published []shard.Capacity
+	members   []wire.Meta
+	published []wire.Capacity
 }
 
 func (f *fakePeers) Name() string { return f.name }
-func (f *fakePeers) Members() []shard.Meta {
+func (f *fakePeers) Members() []wire.Meta {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]shard.Meta(nil), f.members...)
+	return append([]wire.Meta(nil), f.members...)
 }
-func (f *fakePeers) SetCapacity(c shard.Capacity) {
+func (f *fakePeers) SetCapacity(c wire.Capacity) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.published = append(f.published, c)
@@ -231,17 +231,17 @@ type fakeClaims struct {
 	mu      sync.Mutex
 	me      string
 	rev     int64
-	recs    map[string]shard.Claim
+	recs    map[string]wire.Claim
 	inUse   map[string]int
 	jobOf   map[string]string // task UID → job UID, to tell claimed binds
 	offered []string          // "uid→to" of every offer made
 }
 
 func newFakeClaims(me string) *fakeClaims {
-	return &fakeClaims{me: me, recs: map[string]shard.Claim{}, inUse: map[string]int{}, jobOf: map[string]string{}}
+	return &fakeClaims{me: me, recs: map[string]wire.Claim{}, inUse: map[string]int{}, jobOf: map[string]string{}}
 }
 
-func (f *fakeClaims) put(c shard.Claim) shard.Claim {
+func (f *fakeClaims) put(c wire.Claim) wire.Claim {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rev++
@@ -256,7 +256,7 @@ func (f *fakeClaims) remove(uid string) {
 	delete(f.recs, uid)
 }
 
-func (f *fakeClaims) get(uid string) (shard.Claim, bool) {
+func (f *fakeClaims) get(uid string) (wire.Claim, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.recs[uid]
@@ -267,7 +267,7 @@ func (f *fakeClaims) claimedJob(t *api.Task) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.recs[f.jobOf[t.UID]]
-	return ok && c.State == shard.Claimed && c.To == f.me
+	return ok && c.State == wire.Claimed && c.To == f.me
 }
 
 func (f *fakeClaims) uses(t *api.Task) int {
@@ -276,11 +276,11 @@ func (f *fakeClaims) uses(t *api.Task) int {
 	return f.inUse[f.jobOf[t.UID]]
 }
 
-func (f *fakeClaims) Lookup(uid string) (shard.Claim, bool) { return f.get(uid) }
-func (f *fakeClaims) List() []shard.Claim {
+func (f *fakeClaims) Lookup(uid string) (wire.Claim, bool) { return f.get(uid) }
+func (f *fakeClaims) List() []wire.Claim {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []shard.Claim
+	var out []wire.Claim
 	for _, c := range f.recs {
 		out = append(out, c)
 	}
@@ -289,7 +289,7 @@ func (f *fakeClaims) List() []shard.Claim {
 func (f *fakeClaims) OwnerMayPlace(uid, _ string) bool { _, ok := f.get(uid); return !ok }
 func (f *fakeClaims) Holds(uid string) bool {
 	c, ok := f.get(uid)
-	return ok && c.State == shard.Claimed && c.To == f.me
+	return ok && c.State == wire.Claimed && c.To == f.me
 }
 func (f *fakeClaims) Use(uid string) bool {
 	if !f.Holds(uid) {
@@ -305,30 +305,30 @@ func (f *fakeClaims) Done(uid string) {
 	defer f.mu.Unlock()
 	f.inUse[uid]--
 }
-func (f *fakeClaims) Offer(_ context.Context, uid, queue, to string) (shard.Claim, error) {
+func (f *fakeClaims) Offer(_ context.Context, uid, queue, to string) (wire.Claim, error) {
 	if _, ok := f.get(uid); ok {
-		return shard.Claim{}, shard.ErrClaimExists
+		return wire.Claim{}, wire.ErrClaimExists
 	}
 	f.mu.Lock()
 	f.offered = append(f.offered, uid+"→"+to)
 	f.mu.Unlock()
-	return f.put(shard.Claim{Job: uid, Queue: queue, From: f.me, To: to, State: shard.Offered}), nil
+	return f.put(wire.Claim{Job: uid, Queue: queue, From: f.me, To: to, State: wire.Offered}), nil
 }
-func (f *fakeClaims) Claim(_ context.Context, uid string, rev int64) (shard.Claim, error) {
+func (f *fakeClaims) Claim(_ context.Context, uid string, rev int64) (wire.Claim, error) {
 	c, ok := f.get(uid)
 	if !ok || c.Rev != rev {
-		return shard.Claim{}, shard.ErrClaimChanged
+		return wire.Claim{}, wire.ErrClaimChanged
 	}
-	if c.State != shard.Offered || c.To != f.me {
-		return shard.Claim{}, shard.ErrNotAddressed
+	if c.State != wire.Offered || c.To != f.me {
+		return wire.Claim{}, wire.ErrNotAddressed
 	}
-	c.State = shard.Claimed
+	c.State = wire.Claimed
 	return f.put(c), nil
 }
 func (f *fakeClaims) Drop(_ context.Context, uid string, rev int64) error {
 	c, ok := f.get(uid)
 	if !ok || c.Rev != rev {
-		return shard.ErrClaimChanged
+		return wire.ErrClaimChanged
 	}
 	f.remove(uid)
 	return nil
@@ -454,8 +454,8 @@ func (r *rig) cycles(t *testing.T, n int) {
 	}
 }
 
-func capacity(freeCPU, largestCPU int64) shard.Capacity {
-	return shard.Capacity{FreeMilliCPU: freeCPU * 1000, LargestCPU: largestCPU * 1000, FreeMemory: 1 << 40, LargestMemory: 1 << 40, Nodes: 4}
+func capacity(freeCPU, largestCPU int64) wire.Capacity {
+	return wire.Capacity{FreeMilliCPU: freeCPU * 1000, LargestCPU: largestCPU * 1000, FreeMemory: 1 << 40, LargestMemory: 1 << 40, Nodes: 4}
 }
 
 // The queue owner never places a job while a claim record exists, even
@@ -464,8 +464,8 @@ func TestOwnerDoesNotPlaceClaimedJob(t *testing.T) {
 	r := newRig(t, "shard-o")
 	r.node("n1", 32)
 	r.gang("job", 3, 2)
-	for _, state := range []shard.ClaimState{shard.Offered, shard.Claimed} {
-		r.claims.put(shard.Claim{Job: "job", Queue: "q", From: "shard-o", To: "shard-t", State: state})
+	for _, state := range []wire.ClaimState{wire.Offered, wire.Claimed} {
+		r.claims.put(wire.Claim{Job: "job", Queue: "q", From: "shard-o", To: "shard-t", State: state})
 		r.cycles(t, 5)
 		if b := r.binder.Binds(); len(b) != 0 {
 			t.Fatalf("record %s to shard-t: the owner bound %v", state, b)
@@ -488,7 +488,7 @@ func TestOwnerDoesNotPlaceClaimedJob(t *testing.T) {
 func TestOfferGoesToShardWithRoom(t *testing.T) {
 	r := newRig(t, "shard-o")
 	r.node("small", 2)
-	r.peers.members = []shard.Meta{
+	r.peers.members = []wire.Meta{
 		{ID: "shard-b", Capacity: capacity(16, 8)},
 		{ID: "shard-c", Capacity: capacity(32, 8)},
 		{ID: "shard-d", Capacity: capacity(100, 2)}, // no node holds a 3-CPU task
@@ -534,16 +534,16 @@ func TestOfferGoesToShardWithRoom(t *testing.T) {
 // binds it there, under the claim, without touching the reservation (the
 // owner's); an offer that does not fit is refused (the record deleted).
 func TestClaimerPlacesOfferedJob(t *testing.T) {
-	r := newRig(t, "shard-t", shard.QueueKey("q")) // not the queue's owner
+	r := newRig(t, "shard-t", wire.QueueKey("q")) // not the queue's owner
 	r.node("big-1", 8)
 	r.node("big-2", 8)
 	r.gang("fits", 3, 3)
 	r.gang("too-big", 2, 9)
-	r.claims.put(shard.Claim{Job: "fits", Queue: "q", From: "shard-o", To: "shard-t", State: shard.Offered})
-	r.claims.put(shard.Claim{Job: "too-big", Queue: "q", From: "shard-o", To: "shard-t", State: shard.Offered})
+	r.claims.put(wire.Claim{Job: "fits", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
+	r.claims.put(wire.Claim{Job: "too-big", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
 	// The owner (another shard) admitted both.
 	for uid, cpu := range map[string]int64{"fits": 9, "too-big": 18} {
-		if _, err := r.quota.Reserve(context.Background(), coordinator.JobRef{Namespace: "ns", Name: uid, UID: uid}, "q", api.NewResource(cpu*1000, 0, nil)); err != nil {
+		if _, err := r.quota.Reserve(context.Background(), wire.JobRef{Namespace: "ns", Name: uid, UID: uid}, "q", api.NewResource(cpu*1000, 0, nil)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -552,7 +552,7 @@ func TestClaimerPlacesOfferedJob(t *testing.T) {
 	r.quota.mu.Unlock()
 	r.cycles(t, 2)
 	c, ok := r.claims.get("fits")
-	if !ok || c.State != shard.Claimed || c.To != "shard-t" {
+	if !ok || c.State != wire.Claimed || c.To != "shard-t" {
 		t.Fatalf("record of the job that fits: %+v (present %v), want claimed by shard-t", c, ok)
 	}
 	b := r.binder.Binds()

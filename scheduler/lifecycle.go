@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // releaseGone releases reservations of jobs that no longer exist (matched
@@ -141,7 +141,7 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	_, err := s.deps.Quota.Confirm(cctx, j.UID)
 	cancel()
-	if errors.Is(err, coordinator.ErrNotFound) {
+	if errors.Is(err, wire.ErrNotFound) {
 		// The tentative reservation went with an expired shard session:
 		// forget it, so the next cycle reserves again (bound tasks included).
 		s.log.Warn("reservation lost before confirm; admitting again", "job", j.Key())
@@ -159,7 +159,7 @@ func (s *Scheduler) confirm(ctx context.Context, j *api.Job, bound int) {
 	rec.nominatedAt = time.Time{}
 	s.mu.Unlock()
 	if !nominated.IsZero() {
-		s.reclaimWait.Observe(s.since(nominated).Seconds())
+		s.obs.ReclaimToRunning(s.since(nominated))
 	}
 	s.syncPhase(j, api.JobRunning, bound)
 }

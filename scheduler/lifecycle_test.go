@@ -15,7 +15,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Scenario files for a job's quota lifecycle (testdata/lifecycle/*.txt),
@@ -348,7 +348,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		return "ok"
 	case "reserve":
 		wj := w.jobs[argStr(d, "job", "")]
-		res, err := w.r.quota.Reserve(ctx, coordinator.JobRef{Namespace: "ns", Name: wj.job.Name, UID: wj.job.UID}, wj.job.Queue,
+		res, err := w.r.quota.Reserve(ctx, wire.JobRef{Namespace: "ns", Name: wj.job.Name, UID: wj.job.UID}, wj.job.Queue,
 			api.NewResource(argInt(t, d, "cpu", 1)*1000, 0, nil))
 		if err != nil {
 			return err.Error()
@@ -440,7 +440,7 @@ func (w *world) state() string {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	res := map[string]coordinator.Reservation{}
+	res := map[string]wire.Reservation{}
 	list, _ := w.r.quota.List(context.Background())
 	for _, r := range list.Reservations {
 		res[r.Job.UID] = r

@@ -193,7 +193,7 @@ func (s *Scheduler) preemptForRoom(ctx context.Context, j *api.Job, gang []*api.
 			s.log.Warn("eviction for room failed", "pod", v.t.Key(), "err", err)
 			return
 		}
-		s.evictions.WithLabelValues("node").Inc()
+		s.obs.Evicted("node")
 	})
 	s.deps.Evictor.Note(j, "Preempting", fmt.Sprintf("%d pod(s) of lower priority evicted on %d node(s) held for it; it is placed once they are gone", len(list), len(held)))
 	return true

@@ -16,7 +16,7 @@ import (
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/placement"
-	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // placeAdmitted places the pending tasks of the jobs this shard places
@@ -133,7 +133,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			// The group's gang fits but a task's own does not: nothing.
 			res = placement.Result{Reasons: res.Reasons}
 		}
-		s.hist.place.Observe(time.Since(t0).Seconds())
+		s.obs.Place(time.Since(t0))
 		pspan.SetAttributes(attribute.Bool("placed", res.OK))
 		pspan.End()
 		s.log.Debug("placement", "job", j.Key(), "need", need, "ready", len(ready), "ok", res.OK, "placed", res.Placed, "reasons", fmt.Sprint(res.Reasons))
@@ -277,7 +277,7 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 			return
 		case r = <-s.binds:
 		}
-		key := shard.PartitionKey(shard.Partition(r.node, s.cfg.Partitions))
+		key := wire.PartitionKey(wire.Partition(r.node, s.cfg.Partitions))
 		leave, err := s.enterBind(r)
 		switch {
 		case err != nil:
@@ -312,7 +312,7 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		}
 		s.stats.binds.Add(1)
 		if !r.task.Created.IsZero() {
-			s.hist.submitToBind.Observe(s.since(r.task.Created).Seconds())
+			s.obs.SubmitToBind(s.since(r.task.Created))
 		}
 		s.deps.Recorder.Scheduled(&r.task, r.node)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // A random-event property test of the quota rule: jobs of every kind users
@@ -121,7 +121,7 @@ func TestQuotaCheckFailsWhenABindSkipsItsReservation(t *testing.T) {
 	w.r.c.AddOrUpdateJob(w.jobs["d"].job)
 	w.addTasks("d", 4, 1, "", 0)
 	// Reserve only one task, then bind all four behind the scheduler's back.
-	if _, err := w.r.quota.Reserve(context.Background(), coordinator.JobRef{Namespace: "ns", Name: "d", UID: "d-uid"}, "q", api.NewResource(1000, 0, nil)); err != nil {
+	if _, err := w.r.quota.Reserve(context.Background(), wire.JobRef{Namespace: "ns", Name: "d", UID: "d-uid"}, "q", api.NewResource(1000, 0, nil)); err != nil {
 		t.Fatal(err)
 	}
 	for _, uid := range w.jobs["d"].tasks {

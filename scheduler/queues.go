@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // statusEvery is how often (on the scheduler's clock) queue status is
@@ -139,7 +139,7 @@ func (s *Scheduler) writeStatus(jobs []*api.Job) {
 		}
 	}
 	for _, q := range names {
-		if !s.deps.Ownership.Holds(shard.QueueKey(q)) {
+		if !s.deps.Ownership.Holds(wire.QueueKey(q)) {
 			continue
 		}
 		st := all[q]

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/coordinator"
-	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Reconciliation: a queue's owner compares the coordinator's reservations
@@ -35,7 +34,7 @@ func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue
 	owned := map[string]bool{}
 	taken := false
 	for _, q := range tree.Names() {
-		if s.deps.Ownership.Holds(shard.QueueKey(q)) {
+		if s.deps.Ownership.Holds(wire.QueueKey(q)) {
 			owned[q] = true
 			taken = taken || !s.reconQueues[q]
 		}
@@ -66,7 +65,7 @@ func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue
 	var release []string
 	for _, r := range list.Reservations {
 		uid := r.Job.UID
-		if !owned[r.Queue] || (r.State == coordinator.Nominated && live[uid]) || !s.orphaned(uid, live, jobs) ||
+		if !owned[r.Queue] || (r.State == wire.Nominated && live[uid]) || !s.orphaned(uid, live, jobs) ||
 			(!live[uid] && s.podsStillBound(r.Job.Namespace, r.Job.Name)) {
 			continue
 		}
@@ -214,7 +213,7 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 	res, err := s.deps.Quota.Resize(cctx, j.UID, r.targets)
 	cancel()
 	switch {
-	case errors.Is(err, coordinator.ErrNotFound):
+	case errors.Is(err, wire.ErrNotFound):
 		// No reservation (released, or gone with an expired lease): the
 		// owner admits the job again; nothing more is bound meanwhile.
 		s.dropReservation(j.UID)
@@ -274,7 +273,7 @@ func (s *Scheduler) forgetCover(keep map[string]bool) {
 // may just be waiting for its view of the records to catch up, as at
 // start-up, when dropping the cover cost one re-learning call per job).
 func (s *Scheduler) coverStillOurs(j *api.Job) bool {
-	if !s.handoffOn() || !s.deps.Ownership.Holds(shard.QueueKey(j.Queue)) {
+	if !s.handoffOn() || !s.deps.Ownership.Holds(wire.QueueKey(j.Queue)) {
 		return false
 	}
 	_, claimed := s.deps.Claims.Lookup(j.UID)

@@ -12,16 +12,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/cache"
-	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/placement"
-	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Binder binds one pod to a node. Called concurrently by the bind workers;
@@ -37,17 +35,17 @@ type Quota interface {
 	// ReserveWith asks for a job's reservation with its terms; with
 	// terms.Reclaim the answer may be a nominated reservation (its
 	// victims named) instead of a refusal.
-	ReserveWith(ctx context.Context, job coordinator.JobRef, queue string, amount api.Resource, terms *coordinator.Terms) (coordinator.Result, error)
-	Confirm(ctx context.Context, uid string) (coordinator.Result, error)
-	Release(ctx context.Context, uid string) (coordinator.Result, error)
+	ReserveWith(ctx context.Context, job wire.JobRef, queue string, amount api.Resource, terms *wire.Terms) (wire.Result, error)
+	Confirm(ctx context.Context, uid string) (wire.Result, error)
+	Release(ctx context.Context, uid string) (wire.Result, error)
 	// Resize sets the reservation's amount to each target in turn while
 	// it fits at every level (coordinator.Ledger.Resize).
-	Resize(ctx context.Context, uid string, targets []api.Resource) (coordinator.Result, error)
+	Resize(ctx context.Context, uid string, targets []api.Resource) (wire.Result, error)
 	// List returns every reservation, for reconciliation with the jobs
 	// that exist.
-	List(ctx context.Context) (coordinator.Result, error)
+	List(ctx context.Context) (wire.Result, error)
 	// Evictions returns the reservations marked for eviction.
-	Evictions(ctx context.Context) (coordinator.Result, error)
+	Evictions(ctx context.Context) (wire.Result, error)
 }
 
 // Ownership says which keys this shard may use (*shard.Shard). Safe for
@@ -124,7 +122,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		SchedulerName: "volcano",
-		Partitions:    shard.DefaultPartitions,
+		Partitions:    wire.DefaultPartitions,
 		Strategy:      "binpack",
 		CycleInterval: 20 * time.Millisecond,
 		BindWorkers:   32,
@@ -172,6 +170,8 @@ type Deps struct {
 	Binder    Binder
 	Recorder  Recorder
 	Status    Status
+	// Observer receives latencies and counts (nil: none).
+	Observer Observer
 }
 
 // Scheduler is one shard's scheduling loop and bind pool.
@@ -197,15 +197,10 @@ type Scheduler struct {
 		offers, offerTimeouts, claims, refusals                                 atomic.Int64
 		orphans                                                                 atomic.Int64
 	}
-	hist histograms
-	// Quota taken back (evict.go): evictions by reason, victims per plan,
-	// and the time from a nomination to the gang bound.
-	evictions   *prometheus.CounterVec
-	victimsPer  prometheus.Histogram
-	reclaimWait prometheus.Histogram
+	obs Observer
 	// marked: the reservations marked for eviction, as last read (loop
 	// only); evicted: task UID → when this shard evicted it (loop only).
-	marked        map[string]coordinator.Reservation
+	marked        map[string]wire.Reservation
 	evicted       map[string]time.Time
 	roomTried     map[string]roomTry      // loop only: node-level preemption (nodepreempt.go)
 	quietSince    map[string]time.Time    // loop only: victim UID → since when nobody else places it (evict.go)
@@ -291,15 +286,13 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		cfg.AdmitParallelism = 32
 	}
 	cfg.handoffDefaults()
+	var obs Observer = noObserver{}
+	if deps.Observer != nil {
+		obs = deps.Observer
+	}
 	return &Scheduler{
-		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "shardsched", Name: "evictions_total",
-			Help: "Pods evicted to give quota back, by reason (reclaim: to a queue below its deserved share; preempt: to a job of higher priority in the same queue)."}, []string{"reason"}),
-		victimsPer: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "shardsched", Name: "victims_per_preemption",
-			Help: "Jobs marked to give quota back per job that took it (reclaim or preemption), seen by the preemptor's queue owner.", Buckets: prometheus.ExponentialBuckets(1, 2, 8)}),
-		reclaimWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "shardsched", Name: "reclaim_to_running_seconds",
-			Help: "Time from a job's nomination (quota taken back for it) to its gang bound.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
-		marked: map[string]coordinator.Reservation{}, evicted: map[string]time.Time{}, roomTried: map[string]roomTry{}, quietSince: map[string]time.Time{}, runnable: map[string]runnableMemo{},
-		hist:   newHistograms(),
+		marked: map[string]wire.Reservation{}, evicted: map[string]time.Time{}, roomTried: map[string]roomTry{}, quietSince: map[string]time.Time{}, runnable: map[string]runnableMemo{},
+		obs:    obs,
 		tracer: cfg.Tracer.Tracer("shardsched/scheduler"),
 		cfg:    cfg, deps: deps, place: pc, log: cfg.Logger,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Now().UnixNano()))),
@@ -350,24 +343,6 @@ func (s *Scheduler) BindsInFlight() int {
 	return len(s.inflight)
 }
 
-type histograms struct {
-	submitToBind, admissionWait, reserve, place prometheus.Histogram
-}
-
-func newHistograms() histograms {
-	h := func(name, help string, buckets []float64) prometheus.Histogram {
-		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "shardsched", Name: name, Help: help, Buckets: buckets})
-	}
-	slow := prometheus.ExponentialBuckets(0.005, 2, 16)  // 5 ms .. ~164 s
-	fast := prometheus.ExponentialBuckets(0.0001, 2, 16) // 0.1 ms .. ~3.3 s
-	return histograms{
-		submitToBind:  h("submit_to_bind_seconds", "Pod creation to successful bind.", slow),
-		admissionWait: h("admission_wait_seconds", "PodGroup creation to admission by the coordinator.", slow),
-		reserve:       h("reservation_seconds", "Coordinator reservation latency seen by the shard.", fast),
-		place:         h("placement_seconds", "Gang placement (filter and score) time per job and cycle.", fast),
-	}
-}
-
 // nodeSample is how many feasible nodes a task's placement considers out of
 // n, as kube-scheduler's adaptive percentageOfNodesToScore does: 50 % less
 // 1 % per 125 nodes, at least 5 % and at least 100 nodes. Each task's scan
@@ -380,11 +355,6 @@ func nodeSample(n int) int {
 
 // since is the time elapsed on the scheduler's clock.
 func (s *Scheduler) since(t time.Time) time.Duration { return s.cfg.Now().Sub(t) }
-
-// Collectors returns the scheduler's latency histograms, for a registry.
-func (s *Scheduler) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.hist.submitToBind, s.hist.admissionWait, s.hist.reserve, s.hist.place, s.evictions, s.victimsPer, s.reclaimWait}
-}
 
 // Stats are cumulative counters. Offers: jobs this shard offered to
 // another; OfferTimeouts: its offers withdrawn unclaimed; Claims: jobs it
@@ -428,7 +398,7 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	live := map[string]bool{}
 	for _, j := range jobs {
 		live[j.UID] = true
-		if !s.deps.Ownership.Holds(shard.QueueKey(j.Queue)) {
+		if !s.deps.Ownership.Holds(wire.QueueKey(j.Queue)) {
 			continue
 		}
 		byQueue[j.Queue] = append(byQueue[j.Queue], j)
@@ -556,7 +526,7 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 		if q == "" {
 			q = api.DefaultQueue
 		}
-		if !s.deps.Ownership.Holds(shard.QueueKey(q)) {
+		if !s.deps.Ownership.Holds(wire.QueueKey(q)) {
 			continue
 		}
 		created[key] = true
@@ -569,7 +539,7 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 		}
 	}
 	for _, j := range jobs {
-		if !j.Implicit || !s.deps.Ownership.Holds(shard.QueueKey(j.Queue)) {
+		if !j.Implicit || !s.deps.Ownership.Holds(wire.QueueKey(j.Queue)) {
 			continue
 		}
 		sum := s.summary(j)

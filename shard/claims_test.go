@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardsched/shardsched/internal/testenv"
+	"github.com/shardsched/shardsched/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -27,26 +29,15 @@ func (tc *testCluster) runClaims(r *running) *Claims {
 		cancel()
 		<-done
 	})
-	waitFor(tc.t, "the claim store is loaded", 5*time.Second, c.Synced)
+	testenv.Eventually(tc.t, 5*time.Second, c.Synced, "the claim store is loaded")
 	return c
-}
-
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // queueHeldBy returns a queue of the cluster that r holds.
 func (tc *testCluster) queueHeldBy(r *running) string {
 	tc.t.Helper()
 	for _, q := range tc.queues {
-		if r.s.Holds(QueueKey(q)) {
+		if r.s.Holds(wire.QueueKey(q)) {
 			return q
 		}
 	}
@@ -252,7 +243,7 @@ func TestOfferRefusedWithoutQueueRecord(t *testing.T) {
 	if ca.OwnerMayPlace("job-x", q) {
 		t.Fatalf("shard-a may place a job of %s, which it no longer holds", q)
 	}
-	waitFor(t, "shard-b may place the job as the queue's owner", 5*time.Second, func() bool { return cb.OwnerMayPlace("job-x", q) })
+	testenv.Eventually(t, 5*time.Second, func() bool { return cb.OwnerMayPlace("job-x", q) }, "shard-b may place the job as the queue's owner")
 	off, err := cb.Offer(ctx, "job-x", q, "shard-a")
 	if err != nil {
 		t.Fatalf("offer by the owner of %s: %v", q, err)
@@ -323,8 +314,8 @@ func TestClaimRecordsDieWithTheirLease(t *testing.T) {
 	if _, ok := tc.record(rs[0].cli, "claimed"); ok {
 		t.Fatal("the claim record outlived its claimer's lease")
 	}
-	waitFor(t, "the claimer no longer holds the job", 5*time.Second, func() bool { return !b.Holds("claimed") && !b.Use("claimed") })
-	waitFor(t, "the queue owner may place the job again", 5*time.Second, func() bool { return a.OwnerMayPlace("claimed", q) })
+	testenv.Eventually(t, 5*time.Second, func() bool { return !b.Holds("claimed") && !b.Use("claimed") }, "the claimer no longer holds the job")
+	testenv.Eventually(t, 5*time.Second, func() bool { return a.OwnerMayPlace("claimed", q) }, "the queue owner may place the job again")
 
 	off2, err := a.Offer(ctx, "offered", q, "shard-c")
 	if err != nil {
@@ -337,10 +328,10 @@ func TestClaimRecordsDieWithTheirLease(t *testing.T) {
 	if _, ok := tc.record(rs[0].cli, "offered"); ok {
 		t.Fatal("the offer outlived its offerer's lease")
 	}
-	waitFor(t, "the target sees the offer gone", 5*time.Second, func() bool {
+	testenv.Eventually(t, 5*time.Second, func() bool {
 		_, ok := cs[2].Lookup("offered")
 		return !ok
-	})
+	}, "the target sees the offer gone")
 	if _, err := cs[2].Claim(ctx, "offered", off2.Rev); !errors.Is(err, ErrClaimChanged) {
 		t.Fatalf("claim of a vanished offer: %v, want ErrClaimChanged", err)
 	}
@@ -381,7 +372,7 @@ func TestDropWaitsForBindsInFlight(t *testing.T) {
 	if _, ok := tc.record(rs[0].cli, "busy"); ok {
 		t.Fatal("the record survived the drop")
 	}
-	waitFor(t, "the queue owner may place the job again", 5*time.Second, func() bool { return a.OwnerMayPlace("busy", q) })
+	testenv.Eventually(t, 5*time.Second, func() bool { return a.OwnerMayPlace("busy", q) }, "the queue owner may place the job again")
 }
 
 // A store loaded before its shard acquired the queue's record must catch
@@ -409,7 +400,7 @@ func TestOwnerMayPlaceAfterViewCatchesUp(t *testing.T) {
 		<-claimsDone
 		<-shardDone
 	}()
-	waitFor(t, "the claim store is loaded", 5*time.Second, c.Synced)
+	testenv.Eventually(t, 5*time.Second, c.Synced, "the claim store is loaded")
 	c.mu.Lock()
 	loaded := c.rev
 	c.mu.Unlock()
@@ -419,12 +410,12 @@ func TestOwnerMayPlaceAfterViewCatchesUp(t *testing.T) {
 		_ = s.Run(ctx)
 	}()
 	q := tc.queues[0]
-	waitFor(t, "the shard holds the queue", 5*time.Second, func() bool { return s.Holds(QueueKey(q)) })
-	epoch, _ := s.heldEpoch(QueueKey(q))
+	testenv.Eventually(t, 5*time.Second, func() bool { return s.Holds(wire.QueueKey(q)) }, "the shard holds the queue")
+	epoch, _ := s.heldEpoch(wire.QueueKey(q))
 	if epoch <= loaded {
 		t.Fatalf("queue acquired at revision %d, not after the load at %d: the test proves nothing", epoch, loaded)
 	}
-	waitFor(t, "the owner may place the queue's jobs", 5*time.Second, func() bool { return c.OwnerMayPlace("job", q) })
+	testenv.Eventually(t, 5*time.Second, func() bool { return c.OwnerMayPlace("job", q) }, "the owner may place the queue's jobs")
 	c.mu.Lock()
 	caught := c.rev
 	c.mu.Unlock()

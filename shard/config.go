@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Config configures a Shard. Start from DefaultConfig.
@@ -59,13 +60,13 @@ type Config struct {
 	Logger      *slog.Logger
 }
 
-// DefaultConfig returns production defaults: DefaultPartitions partitions,
+// DefaultConfig returns production defaults: wire.DefaultPartitions partitions,
 // a 10 s session, LAN gossip on port 7946.
 func DefaultConfig() Config {
 	return Config{
 		BindAddr:       "0.0.0.0",
 		BindPort:       7946,
-		Partitions:     DefaultPartitions,
+		Partitions:     wire.DefaultPartitions,
 		EtcdPrefix:     "/shardsched/shards",
 		SessionTTL:     10,
 		RetryAfter:     time.Second,

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardsched/shardsched/internal/testenv"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Test timing: gossip failure detection ≈ 3 × 200 ms probes, sessions of 2 s.
@@ -273,10 +274,10 @@ func (tc *testCluster) running() map[string]*running {
 func (tc *testCluster) allKeys() []string {
 	var out []string
 	for i := 0; i < testPartitions; i++ {
-		out = append(out, PartitionKey(i))
+		out = append(out, wire.PartitionKey(i))
 	}
 	for _, q := range tc.queues {
-		out = append(out, QueueKey(q))
+		out = append(out, wire.QueueKey(q))
 	}
 	sort.Strings(out)
 	return out

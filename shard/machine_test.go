@@ -48,6 +48,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardsched/shardsched/wire"
 )
 
 var machineRewrite = flag.Bool("rewrite", false, "rewrite testdata/machine/*.txt with the actual output")
@@ -428,10 +430,10 @@ func machineInvariants(m *Machine, acts []Action) error {
 func TestMachineActionsSortedAndDeterministic(t *testing.T) {
 	var keys []string
 	for i := 0; i < 40; i++ {
-		keys = append(keys, PartitionKey(i))
+		keys = append(keys, wire.PartitionKey(i))
 	}
 	for _, q := range []string{"zeta", "alpha", "mid", "b", "a"} {
-		keys = append(keys, QueueKey(q))
+		keys = append(keys, wire.QueueKey(q))
 	}
 	// A fixed scramble of the keys, so SetDesired sees them unsorted.
 	r := rand.New(rand.NewPCG(7, 11))

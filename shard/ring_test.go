@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // refOwner is the brute-force reference for Ring.Owner: it drops empty and
@@ -56,9 +57,9 @@ func randName(r *rand.Rand) string {
 func randKey(r *rand.Rand) string {
 	switch r.IntN(3) {
 	case 0:
-		return PartitionKey(r.IntN(DefaultPartitions))
+		return wire.PartitionKey(r.IntN(wire.DefaultPartitions))
 	case 1:
-		return QueueKey(fmt.Sprintf("queue-%d", r.IntN(1000)))
+		return wire.QueueKey(fmt.Sprintf("queue-%d", r.IntN(1000)))
 	default:
 		return randName(r)
 	}
@@ -86,9 +87,9 @@ func testKeys(n int) []string {
 	keys := make([]string, 0, n)
 	for i := 0; i < n; i++ {
 		if i%2 == 0 {
-			keys = append(keys, PartitionKey(i/2))
+			keys = append(keys, wire.PartitionKey(i/2))
 		} else {
-			keys = append(keys, QueueKey("queue-"+strconv.Itoa(i/2)))
+			keys = append(keys, wire.QueueKey("queue-"+strconv.Itoa(i/2)))
 		}
 	}
 	return keys
@@ -326,7 +327,7 @@ func partitionCounts(ring Ring, p int) map[string]int {
 		counts[m] = 0
 	}
 	for i := 0; i < p; i++ {
-		o, _ := ring.Owner(PartitionKey(i))
+		o, _ := ring.Owner(wire.PartitionKey(i))
 		counts[o]++
 	}
 	return counts
@@ -342,11 +343,11 @@ func minMax(counts map[string]int) (lo, hi int) {
 
 func TestPartitionBalanceDefault(t *testing.T) {
 	ring := NewRing(names("shard-", 8))
-	counts := partitionCounts(ring, DefaultPartitions)
-	ideal := float64(DefaultPartitions) / 8
+	counts := partitionCounts(ring, wire.DefaultPartitions)
+	ideal := float64(wire.DefaultPartitions) / 8
 	lo, hi := minMax(counts)
 	t.Logf("P=%d, 8 members: ideal %.0f, min %d (%+.1f%%), max %d (%+.1f%%)",
-		DefaultPartitions, ideal, lo, 100*(float64(lo)/ideal-1), hi, 100*(float64(hi)/ideal-1))
+		wire.DefaultPartitions, ideal, lo, 100*(float64(lo)/ideal-1), hi, 100*(float64(hi)/ideal-1))
 	for _, m := range ring.Members() {
 		t.Logf("  %s: %d", m, counts[m])
 		if c := float64(counts[m]); c < 0.9*ideal || c > 1.1*ideal {
@@ -364,35 +365,35 @@ func TestPartitionBalanceDefault(t *testing.T) {
 func TestPartitionRangeAndStability(t *testing.T) {
 	long := strings.Repeat("node-", 1<<18) // 1.25 MiB
 	nodes := []string{"", "a", "node-1", "\x00", "ünïcödé", long}
-	parts := []int{1, 2, 3, 7, DefaultPartitions, 1 << 20, math.MaxInt32, math.MaxInt - 1, math.MaxInt}
+	parts := []int{1, 2, 3, 7, wire.DefaultPartitions, 1 << 20, math.MaxInt32, math.MaxInt - 1, math.MaxInt}
 	for _, n := range nodes {
 		for _, p := range parts {
-			got := Partition(n, p)
+			got := wire.Partition(n, p)
 			if got < 0 || got >= p {
-				t.Fatalf("Partition(%.20q, %d) = %d out of range", n, p, got)
+				t.Fatalf("wire.Partition(%.20q, %d) = %d out of range", n, p, got)
 			}
 			if want := int(xxhash.Sum64String(n) % uint64(p)); got != want {
-				t.Fatalf("Partition(%.20q, %d) = %d, want xxhash mod P = %d", n, p, got, want)
+				t.Fatalf("wire.Partition(%.20q, %d) = %d, want xxhash mod P = %d", n, p, got, want)
 			}
-			if again := Partition(n, p); again != got {
-				t.Fatalf("Partition(%.20q, %d) unstable: %d then %d", n, p, got, again)
+			if again := wire.Partition(n, p); again != got {
+				t.Fatalf("wire.Partition(%.20q, %d) unstable: %d then %d", n, p, got, again)
 			}
 		}
 		for _, p := range []int{0, -1, math.MinInt} {
-			if got := Partition(n, p); got != 0 {
-				t.Fatalf("Partition(%.20q, %d) = %d, want 0", n, p, got)
+			if got := wire.Partition(n, p); got != 0 {
+				t.Fatalf("wire.Partition(%.20q, %d) = %d, want 0", n, p, got)
 			}
 		}
-		if got := Partition(n, 1); got != 0 {
-			t.Fatalf("Partition(%.20q, 1) = %d, want 0", n, got)
+		if got := wire.Partition(n, 1); got != 0 {
+			t.Fatalf("wire.Partition(%.20q, 1) = %d, want 0", n, got)
 		}
 	}
 	r := rand.New(rand.NewPCG(11, 12))
 	for i := 0; i < 10000; i++ {
 		n := randName(r)
 		p := 1 + r.IntN(100000)
-		if got := Partition(n, p); got < 0 || got >= p {
-			t.Fatalf("Partition(%q, %d) = %d out of range", n, p, got)
+		if got := wire.Partition(n, p); got < 0 || got >= p {
+			t.Fatalf("wire.Partition(%q, %d) = %d out of range", n, p, got)
 		}
 	}
 	// Golden values: these must never change, or shards running different
@@ -402,17 +403,17 @@ func TestPartitionRangeAndStability(t *testing.T) {
 		p    int
 		want int
 	}{
-		{"", DefaultPartitions, int(0xef46db3751d8e999 % DefaultPartitions)},
-		{"node-1", DefaultPartitions, goldenNode1},
+		{"", wire.DefaultPartitions, int(0xef46db3751d8e999 % wire.DefaultPartitions)},
+		{"node-1", wire.DefaultPartitions, goldenNode1},
 	}
 	for _, g := range golden {
-		if got := Partition(g.node, g.p); got != g.want {
-			t.Errorf("Partition(%q, %d) = %d, want %d", g.node, g.p, got, g.want)
+		if got := wire.Partition(g.node, g.p); got != g.want {
+			t.Errorf("wire.Partition(%q, %d) = %d, want %d", g.node, g.p, got, g.want)
 		}
 	}
 }
 
-// goldenNode1 is Partition("node-1", 4096), recorded when the hash was
+// goldenNode1 is wire.Partition("node-1", 4096), recorded when the hash was
 // fixed.
 const goldenNode1 = 1701
 
@@ -448,30 +449,30 @@ const goldenScore = 0x9ad04884684739ec
 
 func TestPartitionKeyRoundTrip(t *testing.T) {
 	for _, i := range []int{0, 1, 9, 10, 4095, 1 << 40, math.MaxInt} {
-		k := PartitionKey(i)
+		k := wire.PartitionKey(i)
 		if k != "p/"+strconv.Itoa(i) {
-			t.Fatalf("PartitionKey(%d) = %q", i, k)
+			t.Fatalf("wire.PartitionKey(%d) = %q", i, k)
 		}
-		kind, name, ok := ParseKey(k)
-		if !ok || kind != KindPartition || name != strconv.Itoa(i) {
-			t.Fatalf("ParseKey(%q) = %q, %q, %v", k, kind, name, ok)
+		kind, name, ok := wire.ParseKey(k)
+		if !ok || kind != wire.KindPartition || name != strconv.Itoa(i) {
+			t.Fatalf("wire.ParseKey(%q) = %q, %q, %v", k, kind, name, ok)
 		}
 		if back, err := strconv.Atoi(name); err != nil || back != i {
-			t.Fatalf("ParseKey(%q) name %q does not round-trip to %d", k, name, i)
+			t.Fatalf("wire.ParseKey(%q) name %q does not round-trip to %d", k, name, i)
 		}
 	}
 	for _, q := range []string{"default", "a", "team/x", "p/1", "q/", "ünï", "with space", "\x00"} {
-		k := QueueKey(q)
+		k := wire.QueueKey(q)
 		if k != "q/"+q {
-			t.Fatalf("QueueKey(%q) = %q", q, k)
+			t.Fatalf("wire.QueueKey(%q) = %q", q, k)
 		}
-		kind, name, ok := ParseKey(k)
-		if !ok || kind != KindQueue || name != q {
-			t.Fatalf("ParseKey(%q) = %q, %q, %v", k, kind, name, ok)
+		kind, name, ok := wire.ParseKey(k)
+		if !ok || kind != wire.KindQueue || name != q {
+			t.Fatalf("wire.ParseKey(%q) = %q, %q, %v", k, kind, name, ok)
 		}
 	}
 	// Partition and queue keys never collide.
-	if PartitionKey(1) == QueueKey("1") {
+	if wire.PartitionKey(1) == wire.QueueKey("1") {
 		t.Fatal("partition and queue keys collide")
 	}
 }
@@ -480,12 +481,12 @@ func TestPartitionParseKeyRejectsMalformed(t *testing.T) {
 	bad := []string{
 		"", "p", "q", "p/", "q/", "/", "//", "x/1", "P/1", "Q/a", "pq/1", "p1", "q1", "p//1",
 		"p/-1", "p/+1", "p/01", "p/00", "p/1a", "p/a", "p/ 1", "p/1 ", "p/1.0", "p/0x10",
-		"p/99999999999999999999999", PartitionKey(-1), PartitionKey(math.MinInt), QueueKey(""),
+		"p/99999999999999999999999", wire.PartitionKey(-1), wire.PartitionKey(math.MinInt), wire.QueueKey(""),
 		"\x00/1", "p\x001", "ü/1",
 	}
 	for _, k := range bad {
-		if kind, name, ok := ParseKey(k); ok || kind != 0 || name != "" {
-			t.Errorf("ParseKey(%q) = %q, %q, %v; want rejection", k, kind, name, ok)
+		if kind, name, ok := wire.ParseKey(k); ok || kind != 0 || name != "" {
+			t.Errorf("wire.ParseKey(%q) = %q, %q, %v; want rejection", k, kind, name, ok)
 		}
 	}
 	// No input panics, and any accepted key re-encodes to itself.
@@ -496,22 +497,22 @@ func TestPartitionParseKeyRejectsMalformed(t *testing.T) {
 			b[j] = "pq/0123456789-+ax\x00"[r.IntN(18)]
 		}
 		k := string(b)
-		kind, name, ok := ParseKey(k)
+		kind, name, ok := wire.ParseKey(k)
 		if !ok {
 			continue
 		}
 		switch kind {
-		case KindPartition:
+		case wire.KindPartition:
 			n, err := strconv.Atoi(name)
-			if err != nil || PartitionKey(n) != k {
-				t.Fatalf("ParseKey(%q) accepted partition %q that does not re-encode", k, name)
+			if err != nil || wire.PartitionKey(n) != k {
+				t.Fatalf("wire.ParseKey(%q) accepted partition %q that does not re-encode", k, name)
 			}
-		case KindQueue:
-			if QueueKey(name) != k || name == "" {
-				t.Fatalf("ParseKey(%q) accepted queue %q that does not re-encode", k, name)
+		case wire.KindQueue:
+			if wire.QueueKey(name) != k || name == "" {
+				t.Fatalf("wire.ParseKey(%q) accepted queue %q that does not re-encode", k, name)
 			}
 		default:
-			t.Fatalf("ParseKey(%q) returned kind %q", k, kind)
+			t.Fatalf("wire.ParseKey(%q) returned kind %q", k, kind)
 		}
 	}
 }
@@ -595,7 +596,7 @@ func TestRingConcurrentUse(t *testing.T) {
 
 func TestRingOwnerNoAllocs(t *testing.T) {
 	ring := NewRing(names("shard-", 8))
-	key := PartitionKey(1234)
+	key := wire.PartitionKey(1234)
 	if n := testing.AllocsPerRun(100, func() { ring.Owner(key) }); n != 0 {
 		t.Errorf("Owner allocates %.1f times per call", n)
 	}
@@ -607,9 +608,9 @@ func TestRingOwnerNoAllocs(t *testing.T) {
 
 func BenchmarkOwner(b *testing.B) {
 	ring := NewRing(names("shard-", 8))
-	keys := make([]string, DefaultPartitions)
+	keys := make([]string, wire.DefaultPartitions)
 	for i := range keys {
-		keys[i] = PartitionKey(i)
+		keys[i] = wire.PartitionKey(i)
 	}
 	b.ReportAllocs()
 	i := 0
@@ -629,7 +630,7 @@ func BenchmarkScore(b *testing.B) {
 func BenchmarkPartition(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		Partition("ip-10-0-12-34.ec2.internal", DefaultPartitions)
+		wire.Partition("ip-10-0-12-34.ec2.internal", wire.DefaultPartitions)
 	}
 }
 

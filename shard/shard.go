@@ -14,29 +14,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/shardsched/shardsched/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
-
-// Meta is what a shard gossips about itself (memberlist node metadata).
-type Meta struct {
-	ID       string   `json:"id"`
-	API      string   `json:"api,omitempty"`
-	Capacity Capacity `json:"cap"`
-}
-
-// Capacity summarizes the free resources of the nodes a shard owns, so a
-// job that does not fit on one shard can be handed to one with room.
-type Capacity struct {
-	FreeMilliCPU   int64 `json:"c,omitempty"`
-	FreeMemory     int64 `json:"m,omitempty"`
-	LargestCPU     int64 `json:"lc,omitempty"` // free milli-CPU of the emptiest node
-	LargestMemory  int64 `json:"lm,omitempty"`
-	Nodes          int   `json:"n,omitempty"`
-	FreeGPU        int64 `json:"g,omitempty"`
-	LargestFreeGPU int64 `json:"lg,omitempty"`
-}
 
 // record is the value of an ownership record.
 type record struct {
@@ -234,6 +216,10 @@ func (s *Shard) Lease() clientv3.LeaseID {
 // Name is the shard ID.
 func (s *Shard) Name() string { return s.cfg.Name }
 
+// Partitions is the number of node partitions this shard's ring hashes
+// node names into (Config.Partitions, defaulted).
+func (s *Shard) Partitions() int { return s.cfg.Partitions }
+
 // Run joins the seeds (retrying in the background until one answers), then
 // drives ownership until ctx is cancelled. On return it has left the ring
 // and released its records (a graceful stop).
@@ -427,10 +413,10 @@ func (s *Shard) signal() {
 func (s *Shard) keys() []string {
 	out := make([]string, 0, s.cfg.Partitions+len(s.queues))
 	for i := 0; i < s.cfg.Partitions; i++ {
-		out = append(out, PartitionKey(i))
+		out = append(out, wire.PartitionKey(i))
 	}
 	for _, q := range s.queues {
-		out = append(out, QueueKey(q))
+		out = append(out, wire.QueueKey(q))
 	}
 	return out
 }
@@ -716,7 +702,7 @@ func (w slogWriter) Write(p []byte) (int, error) {
 type QueueUse struct{ Shard *Shard }
 
 // Use is Shard.Use of the queue's key.
-func (q QueueUse) Use(queue string) bool { return q.Shard.Use(QueueKey(queue)) }
+func (q QueueUse) Use(queue string) bool { return q.Shard.Use(wire.QueueKey(queue)) }
 
 // Done is Shard.Done of the queue's key.
-func (q QueueUse) Done(queue string) { q.Shard.Done(QueueKey(queue)) }
+func (q QueueUse) Done(queue string) { q.Shard.Done(wire.QueueKey(queue)) }

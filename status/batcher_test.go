@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/internal/testenv"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -268,8 +269,8 @@ func TestRetryWaitsForTick(t *testing.T) {
 	// Two new values reach MaxPending: an early flush writes them, not a.
 	b.SetQueue("b", qs(1))
 	b.SetQueue("c", qs(1))
-	eventually(t, "the early flush", func() bool { return len(w.queueWrites("c")) == 1 && len(w.queueWrites("b")) == 1 })
-	eventually(t, "the early flush to finish", func() bool { return !flushing(b) })
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(w.queueWrites("c")) == 1 && len(w.queueWrites("b")) == 1 }, "the early flush is written")
+	testenv.Eventually(t, 10*time.Second, func() bool { return !flushing(b) }, "the early flush has finished")
 	if n := w.callCount(); n != 3 {
 		t.Fatalf("%d calls, want 3: the early flush retried the failed write", n)
 	}
@@ -322,7 +323,7 @@ func TestMaxPendingFlushesEarly(t *testing.T) {
 		t.Fatalf("flushed below MaxPending: %+v", st)
 	}
 	b.SetPodGroup("ns", "pg", "u1", api.JobStatus{Phase: api.JobInqueue})
-	eventually(t, "the early flush", func() bool { return b.Stats().Writes == 5 })
+	testenv.Eventually(t, 10*time.Second, func() bool { return b.Stats().Writes == 5 }, "the early flush is written")
 	st := b.Stats()
 	if st.Flushes != 1 || st.Pending != 0 || st.MaxPending != 5 {
 		t.Fatalf("stats %+v, want one early flush of all 5", st)
@@ -381,7 +382,7 @@ func TestRunTwice(t *testing.T) {
 	b := newTestBatcher(t, newFakeWriter(), nil)
 	useFakeTicker(b)
 	startRun(t, b)
-	eventually(t, "Run to start", b.running.Load)
+	testenv.Eventually(t, 10*time.Second, b.running.Load, "Run has started")
 	if err := b.Run(context.Background()); !errors.Is(err, ErrRunning) {
 		t.Fatalf("second Run: %v, want ErrRunning", err)
 	}

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardsched/shardsched/api"
+	"go.uber.org/goleak"
 
+	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/internal/testenv"
 )
 
@@ -125,7 +126,7 @@ func (t *fakeTicker) tick(tb testing.TB, b *Batcher) {
 	tb.Helper()
 	before := b.Stats().Flushes
 	t.c <- time.Now()
-	eventually(tb, "the tick's flush to finish", func() bool { return b.Stats().Flushes > before && !flushing(b) })
+	testenv.Eventually(tb, 10*time.Second, func() bool { return b.Stats().Flushes > before && !flushing(b) }, "the tick's flush has finished")
 }
 
 // flushing reports whether a flush holds flushMu.
@@ -135,18 +136,6 @@ func flushing(b *Batcher) bool {
 		return false
 	}
 	return true
-}
-
-// eventually polls cond until it holds or a generous deadline passes.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // startRun runs b.Run in a goroutine; the returned function cancels it and
@@ -187,6 +176,6 @@ func newTestBatcher(tb testing.TB, w Writer, mod func(*Config)) *Batcher {
 	return b
 }
 
-// TestMain fails the package when a test leaves a goroutine of this
-// package running (a Run that did not return, a stuck flush worker).
-func TestMain(m *testing.M) { testenv.MainCheckingLeaks(m, "shardsched/status.") }
+// TestMain fails the package when a test leaves a goroutine running (a Run
+// that did not return, a stuck flush worker).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -13,12 +13,12 @@ import (
 	"github.com/shardsched/shardsched/api"
 )
 
-// TestF3Flood is failure F3: a flood of status changes for a few queues.
-// 100,000 changes over 10 queues from 8 goroutines while Run flushes every
-// 10ms: memory for pending status stays O(queues), writes are bounded by
-// flushes × queues, the last value of every queue reaches the server, and
-// nothing conflicts.
-func TestF3Flood(t *testing.T) {
+// TestQueueStatusFloodCoalesced is failure F3: a flood of status changes
+// for a few queues. 100,000 changes over 10 queues from 8 goroutines while
+// Run flushes every 10ms: memory for pending status stays O(queues), writes
+// are bounded by flushes × queues, the last value of every queue reaches the
+// server, and nothing conflicts.
+func TestQueueStatusFloodCoalesced(t *testing.T) {
 	const (
 		queues     = 10
 		goroutines = 8

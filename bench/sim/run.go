@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,9 +25,11 @@ import (
 	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/cluster"
+	"github.com/shardsched/shardsched/internal/shardproc"
 	"github.com/shardsched/shardsched/scheduler"
 	"github.com/shardsched/shardsched/shard"
 	"github.com/shardsched/shardsched/status"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Config is one simulated run.
@@ -53,7 +54,7 @@ type Config struct {
 	Chaos bool
 	// Fsync makes the embedded etcd sync its log (durable, slower).
 	Fsync bool
-	// Partitions of the node ring (default shard.DefaultPartitions).
+	// Partitions of the node ring (default wire.DefaultPartitions).
 	Partitions int
 	Progress   io.Writer
 	Logger     *slog.Logger
@@ -61,19 +62,13 @@ type Config struct {
 
 const schedulerName = "volcano"
 
-// shardProc is one shard "process": everything a shard daemon runs.
+// shardProc is one shard "process": the daemon's assembly (shardproc)
+// with the simulator's ports.
 type shardProc struct {
+	*shardproc.Proc
 	name   string
 	cli    *clientv3.Client
-	coord  *coordinator.Server
-	sh     *shard.Shard
-	quota  *coordinator.Client
-	cache  *cache.Cache
-	status *status.Batcher
-	sched  *scheduler.Scheduler
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	owned  []string
 	dead   bool
 	check  cache.Snapshot // the driver's own view of the shard's books
 }
@@ -92,7 +87,7 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 		cfg.Step = 100 * time.Millisecond
 	}
 	if cfg.Partitions <= 0 {
-		cfg.Partitions = shard.DefaultPartitions
+		cfg.Partitions = wire.DefaultPartitions
 	}
 	if cfg.Minutes > 0 {
 		tier.Minutes = cfg.Minutes
@@ -162,7 +157,7 @@ func (s *sim) setHolders() {
 	var hs []*shard.Shard
 	for _, p := range s.procs {
 		if !p.dead {
-			hs = append(hs, p.sh)
+			hs = append(hs, p.Shard)
 		}
 	}
 	s.holders.Store(&hs)
@@ -195,138 +190,64 @@ func QueueSpecs(w *Workload, t Tier) []api.QueueSpec {
 func (s *sim) keys() []string {
 	keys := make([]string, 0, s.cfg.Partitions+len(s.specs)+2)
 	for p := 0; p < s.cfg.Partitions; p++ {
-		keys = append(keys, shard.PartitionKey(p))
+		keys = append(keys, wire.PartitionKey(p))
 	}
 	for _, q := range s.tree.Names() {
-		keys = append(keys, shard.QueueKey(q))
+		keys = append(keys, wire.QueueKey(q))
 	}
 	return keys
 }
 
 func (s *sim) keyCount() int { return s.cfg.Partitions + len(s.tree.Names()) }
 
-func (s *sim) startShard(ctx context.Context, name string) (err error) {
-	p := &shardProc{name: name}
+func (s *sim) startShard(ctx context.Context, name string) error {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: s.etcd.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
-	p.cli = cli
-	// A start that fails half-way stops what it started: simbench runs
-	// many scenarios in one process.
-	defer func() {
-		if err == nil {
-			return
-		}
-		if p.quota != nil {
-			p.quota.Close()
-		}
-		if p.sh != nil {
-			p.sh.Crash()
-		}
-		if p.coord != nil {
-			done, stop := context.WithCancel(context.Background())
-			stop()
-			_ = p.coord.Run(done) // serves nothing, closes its listener
-		}
-		_ = cli.Close()
-	}()
-	log := s.cfg.Logger.With("shard", name)
 	ccfg := coordinator.DefaultConfig()
-	ccfg.Name, ccfg.Logger, ccfg.SessionTTL = name, log, 3
-	p.coord, err = coordinator.NewServer(cli, ccfg)
-	if err != nil {
-		return err
-	}
+	ccfg.SessionTTL = 3
 	scfg := shard.DefaultConfig()
-	scfg.Name, scfg.APIAddr, scfg.Logger = name, p.coord.Addr(), log
 	scfg.BindAddr, scfg.BindPort, scfg.GossipProfile = "127.0.0.1", 0, "local"
 	scfg.Partitions, scfg.SessionTTL = s.cfg.Partitions, 3
 	if s.seed != "" {
 		scfg.Join = []string{s.seed}
 	}
-	p.sh, err = shard.New(ctx, cli, scfg)
-	if err != nil {
-		return err
-	}
-	qcfg := coordinator.DefaultClientConfig()
-	qcfg.Prefix, qcfg.Shard, qcfg.LeaseFunc = ccfg.Prefix, name, p.sh.Lease
-	p.quota, err = coordinator.NewClient(cli, qcfg)
-	if err != nil {
-		return err
-	}
-	parts := s.cfg.Partitions
-	p.cache = cache.New(cache.Options{Owns: func(string) bool { return false }})
-	// As the daemon does: a Queue's status only while its record is held.
-	p.status, err = status.New(status.FenceQueues(&StatusWriter{c: s.cl, shard: name}, shard.QueueUse{Shard: p.sh}), status.DefaultConfig())
-	if err != nil {
-		return err
-	}
 	sc := scheduler.DefaultConfig()
-	sc.SchedulerName, sc.Partitions, sc.Logger, sc.Now, sc.Seed = schedulerName, parts, log, s.cl.Now, s.cfg.Seed
-	sh := p.sh
-	claims := shard.NewClaims(sh)
+	sc.SchedulerName, sc.Now, sc.Seed = schedulerName, s.cl.Now, s.cfg.Seed
 	// Quota is taken back only in the reclaim scenario: the other
 	// scenarios' figures stay comparable with earlier runs.
 	var evictor scheduler.Evictor
 	if s.w.Reclaim != nil {
 		evictor = &Evictor{c: s.cl}
 	}
-	p.sched, err = scheduler.New(sc, scheduler.Deps{Cache: p.cache, Ownership: sh, Quota: p.quota, Recorder: &Recorder{c: s.cl}, Status: p.status,
-		Evictor: evictor,
-		Peers:   sh, Claims: claims, Groups: &Groups{c: s.cl},
+	parts := s.cfg.Partitions
+	pr, err := shardproc.New(ctx, shardproc.Options{Name: name, Etcd: cli, Shard: scfg, Coordinator: ccfg, Scheduler: sc,
+		Status: status.DefaultConfig(), Logger: s.cfg.Logger}, shardproc.Ports{
+		Recorder: &Recorder{c: s.cl}, Status: &StatusWriter{c: s.cl, shard: name}, Groups: &Groups{c: s.cl}, Evictor: evictor,
+		NodeState: s.cl.NodeState,
 		Binder: &Binder{c: s.cl, shard: name, othersHold: func(node string) bool {
-			key := shard.PartitionKey(shard.Partition(node, parts))
+			key := wire.PartitionKey(wire.Partition(node, parts))
 			for _, o := range *s.holders.Load() {
-				if o != sh && o.Holds(key) {
+				if o.Name() != name && o.Holds(key) {
 					return true
 				}
 			}
 			return false
 		}}})
 	if err != nil {
+		_ = cli.Close()
 		return err
 	}
-	p.sched.SetTree(s.tree)
-	p.sh.SetQueues(s.tree.Names())
-	s.cl.Subscribe(p.cache)
-
+	p := &shardProc{Proc: pr, name: name, cli: cli}
+	s.cl.Subscribe(p.Cache)
 	rctx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel
-	goRun := func(f func(context.Context) error) {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			if err := f(rctx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Warn("component stopped", "err", err)
-			}
-		}()
-	}
-	goRun(p.coord.Run)
-	goRun(p.sh.Run)
-	goRun(p.status.Run)
-	goRun(claims.Run)
-	wait := p.sched.StartBinders(rctx)
-	p.wg.Add(1)
-	go func() { defer p.wg.Done(); <-rctx.Done(); wait() }()
-	// The queue tree goes to the coordinator once a leader answers.
-	goRun(func(ctx context.Context) error {
-		for ctx.Err() == nil {
-			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := p.quota.SetQueues(cctx, s.specs)
-			ccancel()
-			if err == nil {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-		return nil
-	})
+	p.Start(rctx)
+	p.Schedule(rctx, true)
+	p.SetTree(s.tree)
 	s.procs = append(s.procs, p)
-	s.seed = p.sh.GossipAddr()
+	s.seed = p.Shard.GossipAddr()
 	s.setHolders()
 	return nil
 }
@@ -336,16 +257,16 @@ func (s *sim) startShard(ctx context.Context, name string) (err error) {
 func (s *sim) kill(p *shardProc) {
 	p.dead = true
 	s.setHolders()
-	p.sh.Crash()
-	p.coord.Abandon()
+	p.Shard.Crash()
+	p.Coord.Abandon()
 	p.cancel()
-	s.cl.Unsubscribe(p.cache)
-	p.wg.Wait()
-	p.quota.Close()
+	s.cl.Unsubscribe(p.Cache)
+	p.Wait()
+	p.Close()
 	p.cli.Close()
 	for _, q := range s.procs {
 		if !q.dead {
-			s.seed = q.sh.GossipAddr()
+			s.seed = q.Shard.GossipAddr()
 		}
 	}
 }
@@ -357,8 +278,8 @@ func (s *sim) stopAll() {
 		}
 		p.dead = true
 		p.cancel()
-		p.wg.Wait()
-		p.quota.Close()
+		p.Wait()
+		p.Close()
 		p.cli.Close()
 	}
 }
@@ -377,7 +298,7 @@ func (s *sim) live() []*shardProc {
 func (s *sim) ownersComplete() bool {
 	held := map[string]bool{}
 	for _, p := range s.live() {
-		for _, k := range p.sh.Owned() {
+		for _, k := range p.Shard.Owned() {
 			held[k] = true
 		}
 	}
@@ -429,22 +350,8 @@ func (s *sim) waitTree(ctx context.Context, limit time.Duration) error {
 func (s *sim) syncOwnership() int {
 	bad := 0
 	for _, p := range s.live() {
-		held := p.sh.Owned()
-		if !slices.Equal(held, p.owned) {
-			p.owned = held
-			set := make(map[string]bool, len(held))
-			for _, k := range held {
-				set[k] = true
-			}
-			parts := s.cfg.Partitions
-			p.cache.SetOwns(func(node string) bool { return set[shard.PartitionKey(shard.Partition(node, parts))] })
-		}
-		for _, n := range p.cache.OutOfSync() {
-			if node, tasks, ok := s.cl.NodeState(n); ok {
-				p.cache.Rebuild(node, tasks)
-			}
-		}
-		for _, n := range p.cache.OutOfSync() {
+		p.SyncOwnership()
+		for _, n := range p.Cache.OutOfSync() {
 			if s.cl.Fits(n) {
 				bad++
 			}
@@ -459,7 +366,7 @@ func (s *sim) syncOwnership() int {
 func (s *sim) booksDrift() int {
 	bad := 0
 	for _, p := range s.live() {
-		p.cache.UpdateSnapshot(&p.check)
+		p.Cache.UpdateSnapshot(&p.check)
 		for _, b := range p.check.Nodes() {
 			if b.OutOfSync {
 				continue // counted by syncOwnership when the truth fits
@@ -666,13 +573,13 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		var wg sync.WaitGroup
 		for _, p := range s.live() {
 			wg.Add(1)
-			go func() { defer wg.Done(); p.sched.Cycle(ctx) }()
+			go func() { defer wg.Done(); p.Sched.Cycle(ctx) }()
 		}
 		wg.Wait()
 		for waitStart := time.Now(); time.Since(waitStart) < 30*time.Second; {
 			n := 0
 			for _, p := range s.live() {
-				n += p.sched.BindsInFlight()
+				n += p.Sched.BindsInFlight()
 			}
 			if n == 0 {
 				break
@@ -809,7 +716,7 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 	}
 	var statusWrites, conflicts int64
 	for _, p := range s.procs {
-		bs := p.status.Stats()
+		bs := p.Status.Stats()
 		statusWrites += int64(bs.Writes)
 		conflicts += int64(bs.Conflicts)
 	}
@@ -951,9 +858,9 @@ func quotaNotes(cl *Cluster, st Stats) []string {
 
 func (s *sim) anyQuota() *coordinator.Client {
 	for _, p := range s.live() {
-		return p.quota
+		return p.Quota
 	}
-	return s.procs[0].quota
+	return s.procs[0].Quota
 }
 
 // nodeEvent applies a workload node event to the cluster.
@@ -976,7 +883,7 @@ func (s *sim) fault(what string) error {
 	switch {
 	case strings.Contains(what, "leader"):
 		for _, p := range s.live() {
-			if p.coord.IsLeader() {
+			if p.Coord.IsLeader() {
 				s.kill(p)
 				return nil
 			}
@@ -987,7 +894,7 @@ func (s *sim) fault(what string) error {
 	default:
 		live := s.live()
 		for _, p := range live {
-			if !p.coord.IsLeader() && len(live) > 1 {
+			if !p.Coord.IsLeader() && len(live) > 1 {
 				s.kill(p)
 				return nil
 			}

@@ -17,15 +17,14 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
 
 	"github.com/shardsched/shardsched/internal/telemetry"
-
-	"github.com/shardsched/shardsched/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	testenv.MainCheckingLeaks(m, "main.(*spanReceiver)", "google.golang.org/grpc")
-}
+// TestMain fails the package when a test leaves a goroutine running (a span
+// receiver or a gRPC connection that was not closed).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // lockedBuffer is a -spans-file stand-in that the test reads after the
 // receiver wrote to it.

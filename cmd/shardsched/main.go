@@ -29,6 +29,7 @@ import (
 	"github.com/shardsched/shardsched/scheduler"
 	"github.com/shardsched/shardsched/shard"
 	"github.com/shardsched/shardsched/status"
+	"github.com/shardsched/shardsched/wire"
 )
 
 type options struct {
@@ -67,7 +68,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.etcdKey, "etcd-key-file", "", "etcd client key")
 	fs.StringVar(&o.schedulerName, "scheduler-name", "volcano", "schedulerName of the pods this scheduler serves")
 	fs.StringVar(&o.strategy, "strategy", "binpack", "placement scoring: binpack or spread")
-	fs.IntVar(&o.partitions, "partitions", shard.DefaultPartitions, "node partitions (same on every shard)")
+	fs.IntVar(&o.partitions, "partitions", wire.DefaultPartitions, "node partitions (same on every shard)")
 	fs.IntVar(&o.sessionTTL, "session-ttl", 10, "etcd session TTL in seconds")
 	fs.DurationVar(&o.statusFlush, "status-flush-interval", time.Second, "Queue/PodGroup status flush interval")
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz, /readyz")
@@ -203,7 +204,7 @@ func run(o options, log *slog.Logger) error {
 		cc.AdvertiseAddr = "http://" + net.JoinHostPort(os.Getenv("POD_IP"), port)
 	}
 	schedCfg := scheduler.DefaultConfig()
-	schedCfg.SchedulerName, schedCfg.Partitions, schedCfg.Strategy = o.schedulerName, o.partitions, o.strategy
+	schedCfg.SchedulerName, schedCfg.Strategy = o.schedulerName, o.strategy // partitions: the shard config's, taken by the assembly
 	stCfg := status.DefaultConfig()
 	stCfg.Interval = o.statusFlush
 

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,10 +29,22 @@ import (
 	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/kube"
+	"github.com/shardsched/shardsched/internal/shardproc"
 	"github.com/shardsched/shardsched/internal/version"
 	"github.com/shardsched/shardsched/scheduler"
 	"github.com/shardsched/shardsched/shard"
 	"github.com/shardsched/shardsched/status"
+	"github.com/shardsched/shardsched/wire"
+)
+
+// The ports of the scheduling core, checked where they are wired.
+var (
+	_ scheduler.Ownership = (*shard.Shard)(nil)
+	_ scheduler.Peers     = (*shard.Shard)(nil)
+	_ scheduler.Claims    = (*shard.Claims)(nil)
+	_ scheduler.Quota     = (*coordinator.Client)(nil)
+	_ scheduler.Binder    = (*kube.Binder)(nil)
+	_ scheduler.Evictor   = (*kube.Evictor)(nil)
 )
 
 // Options configure one shard process.
@@ -44,7 +55,7 @@ type Options struct {
 	EtcdTLS       *tls.Config // nil: plain
 	// HTTPAddr serves /metrics, /healthz and /readyz; empty disables it.
 	HTTPAddr    string
-	Shard       shard.Config // Name, EtcdPrefix and Partitions are filled from here if empty
+	Shard       shard.Config // Name and APIAddr are set here; Partitions is the one setting of node partitions (the scheduler takes it)
 	Coordinator coordinator.Config
 	Scheduler   scheduler.Config
 	Status      status.Config
@@ -75,15 +86,15 @@ type Daemon struct {
 	Claims *shard.Claims
 
 	sched    *scheduler.Scheduler
+	obs      *promObserver
 	registry *prometheus.Registry
-	// treePushes counts queue tree pushes to the coordinator.
-	treePushes *atomic.Int64
+	proc     *shardproc.Proc
 }
 
 // QueueTreePushes returns how many times this process has sent its queue
 // tree to the coordinator: once per change of the valid queue specs (and
 // per retry of a failed push), never per Queue status write.
-func (d *Daemon) QueueTreePushes() int64 { return d.treePushes.Load() }
+func (d *Daemon) QueueTreePushes() int64 { return d.proc.TreePushes() }
 
 // Run starts every part and blocks until ctx ends, then stops them in
 // order (scheduler, status flush, ownership release, coordinator).
@@ -106,98 +117,50 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		return err
 	}
 
-	ccfg := opts.Coordinator
-	ccfg.Name = opts.Name
-	ccfg.Logger = log
-	ccfg.Tracer = opts.Tracer
-	coord, err := coordinator.NewServer(cli, ccfg)
-	if err != nil {
-		return err
-	}
-	scfg := opts.Shard
-	scfg.Name = opts.Name
-	scfg.APIAddr = coord.Addr()
-	scfg.Logger = log
-	sh, err := shard.New(ctx, cli, scfg)
-	if err != nil {
-		return err
-	}
-	qcfg := coordinator.DefaultClientConfig()
-	qcfg.Prefix, qcfg.Shard, qcfg.LeaseFunc, qcfg.Tracer = ccfg.Prefix, opts.Name, sh.Lease, opts.Tracer
-	quota, err := coordinator.NewClient(cli, qcfg)
-	if err != nil {
-		return err
-	}
-	defer quota.Close()
-
-	parts := scfg.Partitions
-	ownsFrom := func(held []string) func(string) bool {
-		set := make(map[string]bool, len(held))
-		for _, k := range held {
-			set[k] = true
-		}
-		return func(node string) bool { return set[shard.PartitionKey(shard.Partition(node, parts))] }
-	}
-	c := cache.New(cache.Options{Owns: ownsFrom(nil), OnOutOfSync: func(node, reason string) {
-		log.Warn("node out of sync", "node", node, "reason", reason)
-	}})
-	stCfg := opts.Status
-	stCfg.Tracer = opts.Tracer
+	recorder := kube.NewRecorder(cs, opts.Scheduler.SchedulerName)
+	defer recorder.Shutdown()
 	statusWriter := kube.NewStatusWriter(vc, "shardsched")
-	// Queue status is written only while this shard holds the queue's
-	// record (one writer per Queue, also across an ownership change).
-	batcher, err := status.New(status.FenceQueues(statusWriter, shard.QueueUse{Shard: sh}), stCfg)
+	obs := newPromObserver()
+	var groups scheduler.Groups
+	if !opts.NoImplicitGroups {
+		groups = kube.NewGroups(vc)
+	}
+	// The source is built once the process is (it feeds its cache); the
+	// truth of a node is read from it.
+	var src *kube.Source
+	pr, err := shardproc.New(ctx, shardproc.Options{Name: opts.Name, Etcd: cli, Shard: opts.Shard, Coordinator: opts.Coordinator,
+		Scheduler: opts.Scheduler, Status: opts.Status, Logger: opts.Logger, Tracer: opts.Tracer}, shardproc.Ports{
+		Binder: kube.NewBinder(cs), Recorder: recorder, Status: statusWriter, Groups: groups, Evictor: kube.NewEvictor(cs, recorder),
+		Observer: obs,
+		NodeState: func(name string) (api.Node, []api.Task, bool) {
+			node, tasks, err := src.NodeState(name)
+			return node, tasks, err == nil
+		},
+		OnOutOfSync: func(node, reason string) { log.Warn("node out of sync", "node", node, "reason", reason) },
+	})
 	if err != nil {
 		return err
 	}
-	rec := kube.NewRecorder(cs, opts.Scheduler.SchedulerName)
-	defer rec.Shutdown()
+	defer pr.Close()
+	sh, coord, c := pr.Shard, pr.Coord, pr.Cache
 
 	// The queue tree is validated queue by queue: every valid queue is
 	// scheduled; each one left out (with its subtree) is reported on its
 	// Queue object by its owner shard, and logged.
-	var sched *scheduler.Scheduler            // set before the source starts
-	var reporter *kube.QueueReporter          // set before the source starts
-	pushTree := make(chan []api.QueueSpec, 1) // the latest valid specs; a newer list replaces an unsent one
-	var pushMu sync.Mutex                     // makes drain-and-send on pushTree atomic
+	var reporter *kube.QueueReporter // set before the source starts
 	onQueues := func(specs []api.QueueSpec, bad map[string]error) {
 		tree, left := api.BuildTreeExcluding(specs, bad)
 		for _, n := range slices.Sorted(maps.Keys(left)) {
 			log.Warn("queue left out of the queue tree", "queue", n, "err", left[n])
 		}
-		sh.SetQueues(tree.Names())
-		sched.SetTree(tree)
+		pr.SetTree(tree)
 		reporter.Report(left)
-		pushMu.Lock()
-		select {
-		case <-pushTree:
-		default:
-		}
-		pushTree <- tree.Specs()
-		pushMu.Unlock()
 	}
-	src := kube.NewSource(cs, vc, c, onQueues, log)
-	reporter = kube.NewQueueReporter(statusWriter, rec, src, func(q string) bool {
-		owner, ok := sh.Ring().Owner(shard.QueueKey(q))
+	src = kube.NewSource(cs, vc, c, onQueues, log)
+	reporter = kube.NewQueueReporter(statusWriter, recorder, src, func(q string) bool {
+		owner, ok := sh.Ring().Owner(wire.QueueKey(q))
 		return ok && owner == opts.Name
 	}, log)
-
-	schedCfg := opts.Scheduler
-	schedCfg.Logger = log
-	schedCfg.Tracer = opts.Tracer
-	claims := shard.NewClaims(sh)
-	var groups scheduler.Groups
-	if !opts.NoImplicitGroups {
-		groups = kube.NewGroups(vc)
-	}
-	sched, err = scheduler.New(schedCfg, scheduler.Deps{
-		Cache: c, Ownership: sh, Quota: quota, Binder: kube.NewBinder(cs), Recorder: rec, Status: batcher, Groups: groups,
-		Evictor: kube.NewEvictor(cs, rec),
-		Peers:   sh, Claims: claims,
-	})
-	if err != nil {
-		return err
-	}
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -211,9 +174,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 			}
 		}()
 	}
-	run(coord.Run)
-	run(sh.Run)
-	run(claims.Run)
+	pr.Start(rctx)
 	run(reporter.Run)
 	// Volcano creates root and default when missing; so do we, without
 	// ever overwriting an operator's. A failure does not stop the shard
@@ -225,84 +186,26 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	ecancel()
 	if err := src.Start(rctx); err != nil {
 		cancel()
+		pr.Wait()
 		wg.Wait()
 		return err
 	}
 	defer src.Shutdown()
-	run(batcher.Run)
-	run(sched.Run)
-	// The valid queue tree goes to the coordinator (idempotent from every
-	// shard), only when it differs from the last one accepted; a failed
-	// push is retried with backoff until accepted or replaced.
-	treePushes := new(atomic.Int64)
-	run(func(ctx context.Context) error {
-		var pushed, pending []api.QueueSpec
-		havePushed, havePending := false, false
-		var retry <-chan time.Time
-		backoff := time.Second
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case specs := <-pushTree:
-				pending, havePending = specs, true
-			case <-retry:
-			}
-			retry = nil
-			if !havePending || (havePushed && api.EqualSpecs(pending, pushed)) {
-				havePending = false
-				continue
-			}
-			treePushes.Add(1)
-			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := quota.SetQueues(cctx, pending)
-			ccancel()
-			if err != nil {
-				log.Warn("queue tree not accepted by the coordinator; retrying", "err", err, "in", backoff)
-				retry = time.After(backoff)
-				backoff = min(2*backoff, 30*time.Second)
-				continue
-			}
-			pushed, havePushed, havePending, backoff = pending, true, false, time.Second
-		}
-	})
+	pr.Schedule(rctx, false)
 	if opts.StatusNamespace != "" {
 		run(func(ctx context.Context) error {
-			publishStatus(ctx, cs, opts, sh, coord, c, sched, log)
+			publishStatus(ctx, cs, opts, sh, coord, c, pr.Sched, log)
 			return nil
 		})
 	}
-	// Ownership → cache books; out-of-sync nodes are rebuilt from the
-	// informers (the API server's state).
-	run(func(ctx context.Context) error {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		var last []string
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-			held := sh.Owned()
-			if !slices.Equal(held, last) {
-				last = held
-				c.SetOwns(ownsFrom(held))
-			}
-			for _, n := range c.OutOfSync() {
-				if node, tasks, err := src.NodeState(n); err == nil {
-					c.Rebuild(node, tasks)
-				}
-			}
-		}
-	})
-	d := &Daemon{opts: opts, Shard: sh, Coord: coord, Cache: c, Status: batcher, Quota: quota, Source: src, Claims: claims, sched: sched,
-		treePushes: treePushes}
+	d := &Daemon{opts: opts, Shard: sh, Coord: coord, Cache: c, Status: pr.Status, Quota: pr.Quota, Source: src, Claims: pr.Claims, sched: pr.Sched,
+		obs: obs, proc: pr}
 	d.registry = d.registerMetrics()
 	if opts.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", opts.HTTPAddr)
 		if err != nil {
 			cancel()
+			pr.Wait()
 			wg.Wait()
 			return fmt.Errorf("--http-addr %s: %w", opts.HTTPAddr, err)
 		}
@@ -315,6 +218,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	}
 	<-ctx.Done()
 	cancel()
+	pr.Wait()
 	wg.Wait()
 	return nil
 }
@@ -341,11 +245,11 @@ func publishStatus(ctx context.Context, cs kubernetes.Interface, opts Options, s
 		}
 		slices.Sort(st.Members)
 		for _, k := range sh.Owned() {
-			switch kind, name, ok := shard.ParseKey(k); {
+			switch kind, name, ok := wire.ParseKey(k); {
 			case !ok:
-			case kind == shard.KindPartition:
+			case kind == wire.KindPartition:
 				st.Partitions++
-			case kind == shard.KindQueue:
+			case kind == wire.KindQueue:
 				st.QueuesHeld++
 				if len(st.Queues) < 100 {
 					st.Queues = append(st.Queues, name)

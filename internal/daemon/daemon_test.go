@@ -59,7 +59,7 @@ func newEnv(t *testing.T) *env {
 	ev := newNamespace(t)
 	e := testenv.NewEtcd(t)
 	ev.d, ev.http = startDaemon(t, ev.cfg, "shard-0", e.Endpoints, nil)
-	ev.eventually("the shard holds every partition", 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 })
+	testenv.Eventually(ev.t, 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 }, "the shard holds every partition")
 	return ev
 }
 
@@ -146,17 +146,6 @@ func runDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []st
 	return d, httpAddr, stop
 }
 
-func (ev *env) eventually(what string, timeout time.Duration, cond func() bool) {
-	ev.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			ev.t.Fatalf("timed out after %s waiting until %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (ev *env) nodes(prefix string, n int, cpu, mem string) {
 	ev.t.Helper()
 	ctx := context.Background()
@@ -241,10 +230,11 @@ func (ev *env) boundCount(prefix string, n int) int {
 	return c
 }
 
-// F5 through real Queue and PodGroup objects: two children of test-root
-// each ask for all of its capability; the second waits, its PodGroup naming
-// test-root, until the first ends.
-func TestF5SeedScenario(t *testing.T) {
+// TestSeedScenarioParentCapacity is failure F5 through real Queue and
+// PodGroup objects: two children of test-root each ask for all of its
+// capability; the second waits, its PodGroup naming test-root, until the
+// first ends.
+func TestSeedScenarioParentCapacity(t *testing.T) {
 	ev := newEnv(t)
 	ev.nodes("f5-node", 4, "8", "32Gi")
 	ev.queue("test-root", "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")})
@@ -252,11 +242,11 @@ func TestF5SeedScenario(t *testing.T) {
 	ev.queue("test-sub-1", "test-root", nil)
 	ev.podGroup("job-1", "test-sub-0", 1)
 	ev.pod("job-1-0", "job-1", "2", "4Gi", nil)
-	ev.eventually("job-1's pod is bound", 30*time.Second, func() bool { return ev.nodeOf("job-1-0") != "" })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("job-1-0") != "" }, "job-1's pod is bound")
 
 	ev.podGroup("job-2", "test-sub-1", 1)
 	ev.pod("job-2-0", "job-2", "2", "4Gi", nil)
-	ev.eventually("job-2's PodGroup says test-root is full", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(context.Background(), "job-2", metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -267,20 +257,20 @@ func TestF5SeedScenario(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}, "job-2's PodGroup says test-root is full")
 	if n := ev.nodeOf("job-2-0"); n != "" {
 		t.Fatalf("job-2 bound to %s while test-root is full", n)
 	}
 	// The parent queue's status rolls up its children: job-1's 2 CPU are
 	// allocated on test-root, job-1 runs and job-2 waits below it.
-	ev.eventually("test-root's status shows its children's jobs", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		q, err := ev.vc.SchedulingV1beta1().Queues().Get(context.Background(), "test-root", metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
 		cpu := q.Status.Allocated[corev1.ResourceCPU]
 		return cpu.MilliValue() == 2000 && q.Status.Running == 1 && q.Status.Pending == 1
-	})
+	}, "test-root's status shows its children's jobs")
 	// job-1 ends: its pod and PodGroup go away.
 	ctx := context.Background()
 	zero := int64(0)
@@ -290,7 +280,7 @@ func TestF5SeedScenario(t *testing.T) {
 	if err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Delete(ctx, "job-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ev.eventually("job-2 is bound after job-1 ended", 30*time.Second, func() bool { return ev.nodeOf("job-2-0") != "" })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("job-2-0") != "" }, "job-2 is bound after job-1 ended")
 }
 
 // A gang of 8 that fits only when 8 nodes are free stays entirely unbound
@@ -311,14 +301,14 @@ func TestGangAllOrNothing(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	ev.nodes("gang-b", 4, "8", "32Gi")
-	ev.eventually("all 8 gang pods are bound", 30*time.Second, func() bool { return ev.boundCount("gang", 8) == 8 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundCount("gang", 8) == 8 }, "all 8 gang pods are bound")
 	// Once the gang is bound its reservation is confirmed (durable without
 	// the shard's session).
 	pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(context.Background(), "gang", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev.eventually("the gang's reservation is confirmed", 10*time.Second, func() bool {
+	testenv.Eventually(ev.t, 10*time.Second, func() bool {
 		res, err := ev.d.Quota.List(context.Background())
 		if err != nil {
 			return false
@@ -329,11 +319,11 @@ func TestGangAllOrNothing(t *testing.T) {
 			}
 		}
 		return false
-	})
-	ev.eventually("the PodGroup is Running", 10*time.Second, func() bool {
+	}, "the gang's reservation is confirmed")
+	testenv.Eventually(ev.t, 10*time.Second, func() bool {
 		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(context.Background(), "gang", metav1.GetOptions{})
 		return err == nil && pg.Status.Phase == schedv1beta1.PodGroupRunning
-	})
+	}, "the PodGroup is Running")
 }
 
 // A pod with an unsatisfiable nodeSelector gets a FailedScheduling event
@@ -343,7 +333,7 @@ func TestFailedSchedulingEvent(t *testing.T) {
 	ev.nodes("sel-node", 2, "8", "32Gi")
 	ev.podGroup("lonely", "default", 1)
 	ev.pod("lonely-0", "lonely", "1", "1Gi", map[string]string{"disktype": "nvme-that-does-not-exist"})
-	ev.eventually("a FailedScheduling event with a reason", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		evs, err := ev.cs.CoreV1().Events(ev.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=lonely-0"})
 		if err != nil {
 			return false
@@ -355,16 +345,17 @@ func TestFailedSchedulingEvent(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}, "a FailedScheduling event with a reason")
 	if n := ev.nodeOf("lonely-0"); n != "" {
 		t.Fatalf("pod with an unsatisfiable selector bound to %s", n)
 	}
 }
 
-// F4: a Deployment-like workload (plain pods, no group annotation) scaled
-// 1 → 0 → 1 many times: every new pod is scheduled; none stays Pending
-// because its implicit PodGroup was deleted by a stale delete.
-func TestF4ScaleLoopImplicitPodGroups(t *testing.T) {
+// TestScaleLoopImplicitPodGroups is failure F4: a Deployment-like workload
+// (plain pods, no group annotation) scaled 1 → 0 → 1 many times: every new
+// pod is scheduled; none stays Pending because its implicit PodGroup was
+// deleted by a stale delete.
+func TestScaleLoopImplicitPodGroups(t *testing.T) {
 	ev := newEnv(t)
 	ev.nodes("f4-node", 2, "8", "32Gi")
 	ctx := context.Background()
@@ -419,30 +410,30 @@ func TestF4ScaleLoopImplicitPodGroups(t *testing.T) {
 	deleted := 0
 	start := time.Now()
 	for i := 0; i < rounds; i++ {
-		ev.eventually(fmt.Sprintf("round %d: the new pod is bound", i), 30*time.Second, func() bool {
+		testenv.Eventually(ev.t, 30*time.Second, func() bool {
 			total, bound := pods()
 			return total == 1 && bound == 1
-		})
+		}, "round %d: the new pod is bound", i)
 		scale(0)
-		ev.eventually(fmt.Sprintf("round %d: scaled to 0", i), 30*time.Second, func() bool {
+		testenv.Eventually(ev.t, 30*time.Second, func() bool {
 			total, _ := pods()
 			return total == 0
-		})
+		}, "round %d: scaled to 0", i)
 		if i%10 == 0 {
 			// Let the empty implicit PodGroup be deleted, so the next pod
 			// needs a new one (a different UID under the same name).
-			ev.eventually(fmt.Sprintf("round %d: the empty implicit PodGroup is deleted", i), 30*time.Second, func() bool {
+			testenv.Eventually(ev.t, 30*time.Second, func() bool {
 				list, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).List(ctx, metav1.ListOptions{})
 				return err == nil && len(list.Items) == 0
-			})
+			}, "round %d: the empty implicit PodGroup is deleted", i)
 			deleted++
 		}
 		scale(1)
 	}
-	ev.eventually("the last pod is bound", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		total, bound := pods()
 		return total == 1 && bound == 1
-	})
+	}, "the last pod is bound")
 	t.Logf("%d scale rounds 1→0→1 in %s (implicit PodGroup deleted and re-created %d times); every new pod bound",
 		rounds, time.Since(start).Round(time.Millisecond), deleted)
 }
@@ -502,20 +493,20 @@ func TestMetricsExistAndMove(t *testing.T) {
 	ev.nodes("m-node", 1, "8", "32Gi")
 	ev.podGroup("m", "default", 1)
 	ev.pod("m-0", "m", "1", "1Gi", nil)
-	ev.eventually("binds_total and admissions_total move", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		now := ev.scrape()
 		return now["shardsched_binds_total"] > before["shardsched_binds_total"] &&
 			now["shardsched_admissions_total"] > before["shardsched_admissions_total"] &&
 			now["shardsched_status_writes_total"] > before["shardsched_status_writes_total"] &&
 			now["shardsched_submit_to_bind_seconds_count"] > before["shardsched_submit_to_bind_seconds_count"] &&
 			now["shardsched_reservation_seconds_count"] > before["shardsched_reservation_seconds_count"]
-	})
+	}, "binds_total and admissions_total move")
 	// Queue gauges: the bound CPU shows on the leaf and, rolled up, on the
 	// root (both owned by the only shard).
-	ev.eventually("queue allocated gauges show the bound pod on default and root", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		now := ev.scrape()
 		return now[`shardsched_queue_allocated{queue="default",resource="cpu"}`] >= 1 &&
 			now[`shardsched_queue_allocated{queue="root",resource="cpu"}`] >= 1 &&
 			now[`shardsched_queue_jobs{queue="root",state="running"}`] >= 1
-	})
+	}, "queue allocated gauges show the bound pod on default and root")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/shardsched/shardsched/internal/cluster"
 	"github.com/shardsched/shardsched/internal/testenv"
 	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Two shards on one etcd and API server. The shard that owns the job's
@@ -34,11 +35,11 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 	d1, http1 := startDaemon(t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()})
 	daemons := []*Daemon{d0, d1}
 	addrs := map[*Daemon]string{d0: http0, d1: http1}
-	queueKey := shard.QueueKey("default")
-	ev.eventually("the two shards split the partitions and one holds queue default", 30*time.Second, func() bool {
+	queueKey := wire.QueueKey("default")
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		n0, n1 := 0, 0
 		for i := 0; i < 64; i++ {
-			k := shard.PartitionKey(i)
+			k := wire.PartitionKey(i)
 			h0, h1 := d0.Shard.Holds(k), d1.Shard.Holds(k)
 			if h0 == h1 {
 				return false
@@ -50,7 +51,7 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 			}
 		}
 		return n0 > 0 && n1 > 0 && d0.Shard.Holds(queueKey) != d1.Shard.Holds(queueKey)
-	})
+	}, "the two shards split the partitions and one holds queue default")
 	owner, other := d0, d1
 	if d1.Shard.Holds(queueKey) {
 		owner, other = d1, d0
@@ -69,7 +70,7 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 		var out []string
 		for i := 0; len(out) < n && i < 1000; i++ {
 			name := fmt.Sprintf("%s-%d", prefix, i)
-			if d.Shard.Holds(shard.PartitionKey(shard.Partition(name, 64))) {
+			if d.Shard.Holds(wire.PartitionKey(wire.Partition(name, 64))) {
 				out = append(out, name)
 			}
 		}
@@ -89,9 +90,9 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 		if d == other {
 			want = 2
 		}
-		ev.eventually(fmt.Sprintf("%s's cache has its %d node(s)", d.opts.Name, want), 20*time.Second, func() bool {
+		testenv.Eventually(ev.t, 20*time.Second, func() bool {
 			return d.Cache.Stats().OwnedNodes == want
-		})
+		}, "%s's cache has its %d node(s)", d.opts.Name, want)
 	}
 
 	// A gang of 3 tasks of 3 CPU: none fits on the owner's 2-CPU node; the
@@ -106,7 +107,7 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 	}
 	uid := string(pg.UID)
 	submitted := time.Now()
-	ev.eventually("all 3 gang pods are bound", 30*time.Second, func() bool { return ev.boundCount("wide", 3) == 3 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundCount("wide", 3) == 3 }, "all 3 gang pods are bound")
 	t.Logf("gang bound %s after submission", time.Since(submitted).Round(time.Millisecond))
 	nodes := map[string]string{}
 	for i := 0; i < 3; i++ {
@@ -143,7 +144,7 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 		t.Fatalf("claim record while the job runs: %+v (present %v), want claimed by %s from %s under %s's lease", c, ok, other.opts.Name, owner.opts.Name, other.opts.Name)
 	}
 
-	ev.eventually("the owner confirmed the gang's reservation", 15*time.Second, func() bool {
+	testenv.Eventually(ev.t, 15*time.Second, func() bool {
 		res, err := owner.Quota.List(ctx)
 		if err != nil {
 			return false
@@ -154,11 +155,11 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 			}
 		}
 		return false
-	})
-	ev.eventually("the PodGroup is Running", 15*time.Second, func() bool {
+	}, "the owner confirmed the gang's reservation")
+	testenv.Eventually(ev.t, 15*time.Second, func() bool {
 		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, "wide", metav1.GetOptions{})
 		return err == nil && pg.Status.Phase == schedv1beta1.PodGroupRunning
-	})
+	}, "the PodGroup is Running")
 
 	// No pod bound twice: the other shard made exactly 3 binds, the owner
 	// none, nothing failed, and every pod is still where it was bound.
@@ -188,10 +189,10 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 	if err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Delete(ctx, "wide", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ev.eventually("the claim record is deleted with the job", 15*time.Second, func() bool {
+	testenv.Eventually(ev.t, 15*time.Second, func() bool {
 		_, ok := readClaim()
 		return !ok
-	})
+	}, "the claim record is deleted with the job")
 
 	// A pod that fits on no node: the owner's FailedScheduling message
 	// counts every node of the cluster (its own, and the other shard's,
@@ -200,9 +201,9 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 	ev.podGroup("huge", "default", 1)
 	ev.pod("huge-0", "huge", "20", "1Gi", nil)
 	want := "0/3 nodes are available: 2 node(s) placed by other shards, none of which reported room for it, 1 Insufficient cpu."
-	ev.eventually("the FailedScheduling message counts the 3 nodes of the cluster", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		return slices.Contains(ev.failedSchedulingMessages("huge-0"), want)
-	})
+	}, "the FailedScheduling message counts the 3 nodes of the cluster")
 	out, err := ev.kubectl("explain", "pod", "huge-0")
 	if err != nil || !strings.Contains(out, "0/3 nodes are available: 3 Insufficient cpu.") {
 		t.Errorf("kubectl shardsched explain pod huge-0: err %v\n%s", err, out)
@@ -215,7 +216,7 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 // would let the owner place the gang itself.
 func (ev *env) noForeignNodes(want []string) {
 	ev.t.Helper()
-	ev.eventually("no node of an earlier test is left", 15*time.Second, func() bool {
+	testenv.Eventually(ev.t, 15*time.Second, func() bool {
 		list, err := ev.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return false
@@ -226,7 +227,7 @@ func (ev *env) noForeignNodes(want []string) {
 			}
 		}
 		return true
-	})
+	}, "no node of an earlier test is left")
 }
 
 // namedNodes creates kwok nodes with the given names, deleted when the test ends.

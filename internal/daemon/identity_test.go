@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/internal/testenv"
 )
 
 // holdFinalizer keeps a deleted pod terminating (kwok deletes pods at once)
@@ -35,7 +36,7 @@ func TestRecreatedPodGroupDoesNotAdoptTerminatingPods(t *testing.T) {
 	for _, name := range old {
 		ev.heldPod(name, "pg")
 	}
-	ev.eventually("the old gang is bound", 30*time.Second, func() bool { return ev.boundNamed(old) == 3 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundNamed(old) == 3 }, "the old gang is bound")
 	oldPG, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, "pg", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +64,7 @@ func TestRecreatedPodGroupDoesNotAdoptTerminatingPods(t *testing.T) {
 			lastCreated = p.CreationTimestamp.Time
 		}
 	}
-	ev.eventually("the shard sees the old pods terminating and the old PodGroup gone", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		for _, uid := range oldUIDs {
 			if tk, ok := ev.d.Cache.Task(uid); !ok || tk.Phase != api.TaskReleasing {
 				return false
@@ -71,7 +72,7 @@ func TestRecreatedPodGroupDoesNotAdoptTerminatingPods(t *testing.T) {
 		}
 		_, known := ev.d.Cache.JobByName(ev.ns, "pg")
 		return !known
-	})
+	}, "the shard sees the old pods terminating and the old PodGroup gone")
 	// Creation times have one-second resolution: the new PodGroup must be
 	// created in a later second than the old pods for anyone to tell them
 	// apart (see cache/doc.go, "Job identity").
@@ -100,7 +101,7 @@ func TestRecreatedPodGroupDoesNotAdoptTerminatingPods(t *testing.T) {
 		}
 		newUIDs = append(newUIDs, string(p.UID))
 	}
-	ev.eventually("the shard sees the new PodGroup and its two pods", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		for _, uid := range newUIDs {
 			if _, ok := ev.d.Cache.Task(uid); !ok {
 				return false
@@ -108,7 +109,7 @@ func TestRecreatedPodGroupDoesNotAdoptTerminatingPods(t *testing.T) {
 		}
 		j, ok := ev.d.Cache.JobByName(ev.ns, "pg")
 		return ok && j.UID == string(newPG.UID)
-	})
+	}, "the shard sees the new PodGroup and its two pods")
 	// Two members of a gang of three: nothing may bind, whatever the three
 	// terminating pods of the old PodGroup under the same name.
 	deadline := time.Now().Add(5 * time.Second)
@@ -126,7 +127,7 @@ func TestRecreatedPodGroupDoesNotAdoptTerminatingPods(t *testing.T) {
 	// The third pod: the gang is whole and binds, while the old pods are
 	// still terminating on the nodes.
 	ev.pod("new-2", "pg", "1", "1Gi", nil)
-	ev.eventually("the new gang of 3 is bound", 30*time.Second, func() bool { return ev.boundNamed(fresh) == 3 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundNamed(fresh) == 3 }, "the new gang of 3 is bound")
 	for _, uid := range oldUIDs {
 		if tk, ok := ev.d.Cache.Task(uid); !ok || tk.Phase != api.TaskReleasing {
 			t.Fatalf("old pod %s is no longer terminating (%+v): the test did not hold it", uid, tk)
@@ -140,14 +141,14 @@ func TestRecreatedPodGroupDoesNotAdoptTerminatingPods(t *testing.T) {
 	for _, name := range old {
 		ev.release(name)
 	}
-	ev.eventually("the old pods are gone", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		for _, name := range old {
 			if _, err := ev.cs.CoreV1().Pods(ev.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
 				return false
 			}
 		}
 		return true
-	})
+	}, "the old pods are gone")
 }
 
 // heldPod creates a 1-CPU pod of group carrying holdFinalizer; the test's

@@ -65,7 +65,7 @@ func TestKubectlPluginExplainsAWaitingGang(t *testing.T) {
 	ev.d, ev.http, _ = runDaemon(t, ev.cfg, "shard-0", etcd.Endpoints, nil, func(o *Options) {
 		o.StatusNamespace, o.StatusEvery = ev.ns, 300*time.Millisecond
 	})
-	ev.eventually("the shard holds every partition", 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 })
+	testenv.Eventually(ev.t, 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 }, "the shard holds every partition")
 	ctx := context.Background()
 	// Everything below runs as a user bound only to deploy/'s read-only
 	// viewer role: what an operator without write access can see.
@@ -78,7 +78,7 @@ func TestKubectlPluginExplainsAWaitingGang(t *testing.T) {
 	for _, p := range []string{"hold-0", "hold-1", "hold-2"} {
 		ev.pod(p, "hold", "1", "1Gi", nil)
 	}
-	ev.eventually("the holder's 3 pods are bound", 30*time.Second, func() bool { return ev.boundCount("hold", 3) == 3 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundCount("hold", 3) == 3 }, "the holder's 3 pods are bound")
 	ev.podGroup("wait", "kc-b", 2)
 	ev.pod("wait-0", "wait", "1", "1Gi", nil)
 	ev.pod("wait-1", "wait", "1", "1Gi", nil)
@@ -159,7 +159,7 @@ func TestKubectlPluginExplainsAWaitingGang(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ev.eventually("the gang is bound once the holder is gone", 30*time.Second, func() bool { return ev.boundCount("wait", 2) == 2 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundCount("wait", 2) == 2 }, "the gang is bound once the holder is gone")
 	out, err = ev.kubectl("explain", "pod", "wait-1")
 	if err != nil || !strings.Contains(out, "bound to node kc-node-") {
 		t.Errorf("explain pod wait-1 after binding: err %v\n%s", err, out)

@@ -27,6 +27,7 @@ import (
 	"github.com/shardsched/shardsched/internal/kube"
 	"github.com/shardsched/shardsched/internal/testenv"
 	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Job lifecycle on the real API server: elastic jobs growing past their
@@ -531,7 +532,7 @@ func TestLifecycleLeakedReservationReleased(t *testing.T) {
 	ctx := context.Background()
 	e := testenv.NewEtcd(t)
 	d0, stop0 := lcDaemon(t, ev.cfg, "shard-0", e.Endpoints, nil)
-	ev.eventually("shard-0 holds every partition", 20*time.Second, func() bool { return len(d0.Shard.Owned()) >= 64 })
+	testenv.Eventually(ev.t, 20*time.Second, func() bool { return len(d0.Shard.Owned()) >= 64 }, "shard-0 holds every partition")
 	ev.nodes("lc-leak-node", 2, "8", "32Gi")
 	ev.lcQueue("lc-leak", "root", "4")
 	pg := ev.lcPodGroup("leak", "lc-leak", 2, "")
@@ -539,15 +540,15 @@ func TestLifecycleLeakedReservationReleased(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		ev.pod(fmt.Sprintf("leak-%d", i), "leak", "2", "1Gi", nil)
 	}
-	ev.eventually("the gang is bound", 30*time.Second, func() bool { return ev.boundCount("leak", 2) == 2 })
-	ev.eventually("its reservation is confirmed for 4 CPU", 15*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundCount("leak", 2) == 2 }, "the gang is bound")
+	testenv.Eventually(ev.t, 15*time.Second, func() bool {
 		r, ok, err := lcReservation(d0, uid)
 		return err == nil && ok && r.State == coordinator.Confirmed && r.Amount.MilliCPU == 4000
-	})
-	ev.eventually("the PodGroup is Running", 15*time.Second, func() bool {
+	}, "its reservation is confirmed for 4 CPU")
+	testenv.Eventually(ev.t, 15*time.Second, func() bool {
 		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, "leak", metav1.GetOptions{})
 		return err == nil && pg.Status.Phase == schedv1beta1.PodGroupRunning
-	})
+	}, "the PodGroup is Running")
 
 	// No shard runs while the job goes away.
 	stop0()
@@ -560,17 +561,17 @@ func TestLifecycleLeakedReservationReleased(t *testing.T) {
 	if err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Delete(ctx, "leak", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ev.eventually("the job's pods and PodGroup are gone", 20*time.Second, func() bool {
+	testenv.Eventually(ev.t, 20*time.Second, func() bool {
 		p, err := ev.lcList("")
 		_, gerr := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, "leak", metav1.GetOptions{})
 		return err == nil && p.live == 0 && p.bound == 0 && apierrors.IsNotFound(gerr)
-	})
+	}, "the job's pods and PodGroup are gone")
 
 	d1, _ := lcDaemon(t, ev.cfg, "shard-1", e.Endpoints, nil)
 	restarted := time.Now()
-	ev.eventually("shard-1 holds every partition and queue lc-leak", 20*time.Second, func() bool {
-		return len(d1.Shard.Owned()) >= 64 && d1.Shard.Holds(shard.QueueKey("lc-leak"))
-	})
+	testenv.Eventually(ev.t, 20*time.Second, func() bool {
+		return len(d1.Shard.Owned()) >= 64 && d1.Shard.Holds(wire.QueueKey("lc-leak"))
+	}, "shard-1 holds every partition and queue lc-leak")
 	// The leak is real: the new coordinator leader rebuilt it from etcd.
 	if r, ok, err := lcReservation(d1, uid); err != nil || !ok {
 		t.Fatalf("the leaked reservation is not in the ledger after the restart (found %v, err %v): nothing to test", ok, err)
@@ -662,11 +663,11 @@ func TestLifecycleNeverFitDoesNotBlockQueue(t *testing.T) {
 	ev.lcPodGroup("small", "lc-never", 1, "")
 	ev.pod("small-0", "small", "1", "1Gi", nil)
 
-	ev.eventually("the small job behind the gang is bound", 30*time.Second, func() bool { return ev.nodeOf("small-0") != "" })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("small-0") != "" }, "the small job behind the gang is bound")
 	t.Logf("small-0 bound after %s", time.Since(start).Round(time.Millisecond))
 	capRe := regexp.MustCompile(`(^|[^0-9.])4([^0-9.m]|$)`)
 	var cond schedv1beta1.PodGroupCondition
-	ev.eventually("the gang's PodGroup is Unschedulable naming lc-never and its capability", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(ctx, "big", metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -679,7 +680,7 @@ func TestLifecycleNeverFitDoesNotBlockQueue(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}, "the gang's PodGroup is Unschedulable naming lc-never and its capability")
 	t.Logf("condition: reason %s: %s", cond.Reason, cond.Message)
 	if cond.Reason != "QueueCapabilityTooSmall" {
 		t.Errorf("condition reason %q, want QueueCapabilityTooSmall", cond.Reason)
@@ -737,7 +738,7 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 	d0, _ := lcDaemon(t, ev.cfg, "shard-0", e.Endpoints, nil, manual)
 	d1, _ := lcDaemon(t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()}, manual)
 	const q = "lc-tw"
-	key := shard.QueueKey(q)
+	key := wire.QueueKey(q)
 	// The third member's name is chosen so that it owns the queue once it
 	// joins.
 	oldName, _ := shard.NewRing([]string{"shard-0", "shard-1"}).Owner(key)
@@ -754,15 +755,15 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 	oldOwner := map[string]*Daemon{"shard-0": d0, "shard-1": d1}[oldName]
 	ev.nodes("lc-tw-node", 2, "8", "32Gi")
 	ev.queue(q, "root", nil)
-	ev.eventually(oldName+" holds queue "+q+" and the partitions are split", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		for i := 0; i < 64; i++ {
-			k := shard.PartitionKey(i)
+			k := wire.PartitionKey(i)
 			if d0.Shard.Holds(k) == d1.Shard.Holds(k) {
 				return false
 			}
 		}
 		return oldOwner.Shard.Holds(key)
-	})
+	}, "%s holds queue %s and the partitions are split", oldName, q)
 	statusIs := func(cpu int64, running int32) (bool, string) {
 		qq, err := ev.vc.SchedulingV1beta1().Queues().Get(ctx, q, metav1.GetOptions{})
 		if err != nil {
@@ -781,7 +782,7 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 	// tw-0 runs and the old owner writes that.
 	ev.lcPodGroup("tw-0", q, 1, "")
 	ev.pod("tw-0-0", "tw-0", "1", "1Gi", nil)
-	ev.eventually("tw-0 is bound", 30*time.Second, func() bool { return ev.nodeOf("tw-0-0") != "" })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("tw-0-0") != "" }, "tw-0 is bound")
 	ev.lcEventually("the old owner writes tw-0's queue status", 30*time.Second, func() (bool, string) {
 		flushOld()
 		return statusIs(1000, 1)
@@ -790,17 +791,17 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 	// moves.
 	ev.lcPodGroup("tw-1", q, 1, "")
 	ev.pod("tw-1-0", "tw-1", "1", "1Gi", nil)
-	ev.eventually("tw-1 is bound", 30*time.Second, func() bool { return ev.nodeOf("tw-1-0") != "" })
-	ev.eventually("the old owner has the new status pending", 30*time.Second, func() bool { return oldOwner.Status.Stats().Pending > 0 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("tw-1-0") != "" }, "tw-1 is bound")
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return oldOwner.Status.Stats().Pending > 0 }, "the old owner has the new status pending")
 	// Pacing, not an assertion: queue status is recomputed every 200 ms.
 	time.Sleep(time.Second)
 	fencedBefore := oldOwner.Status.Stats().Fenced
 	t.Logf("old owner %s before the move: %+v", oldName, oldOwner.Status.Stats())
 
 	d2, _ := lcDaemon(t, ev.cfg, newName, e.Endpoints, []string{d0.Shard.GossipAddr()})
-	ev.eventually(fmt.Sprintf("queue %s moves from %s to %s", q, oldName, newName), 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		return d2.Shard.Holds(key) && !oldOwner.Shard.Holds(key)
-	})
+	}, "queue %s moves from %s to %s", q, oldName, newName)
 	moved := time.Now()
 	// The jobs change after the move: tw-0 ends, tw-2 (2 CPU) starts.
 	zero := int64(0)
@@ -812,10 +813,10 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 	}
 	ev.lcPodGroup("tw-2", q, 1, "")
 	ev.pod("tw-2-0", "tw-2", "2", "1Gi", nil)
-	ev.eventually("tw-2 is bound", 30*time.Second, func() bool { return ev.nodeOf("tw-2-0") != "" })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("tw-2-0") != "" }, "tw-2 is bound")
 	var cpu int64
 	var running int32
-	ev.eventually("the Queue's status says what the pods say", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		c, r, err := ev.lcQueueTruth()
 		if err != nil {
 			return false
@@ -823,7 +824,7 @@ func TestLifecycleQueueStatusAcrossOwnerChange(t *testing.T) {
 		cpu, running = c, r
 		ok, _ := statusIs(c, r)
 		return ok
-	})
+	}, "the Queue's status says what the pods say")
 	if cpu != 3000 || running != 2 {
 		t.Fatalf("after the change the pods say %dm cpu and %d running jobs, want 3000m and 2", cpu, running)
 	}

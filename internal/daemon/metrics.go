@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/internal/ui"
+	"github.com/shardsched/shardsched/scheduler"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,7 +24,7 @@ func (d *Daemon) registerMetrics() *prometheus.Registry {
 	counter := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "shardsched", Name: name, Help: help}, f))
 	}
-	reg.MustRegister(d.sched.Collectors()...)
+	reg.MustRegister(d.obs.collectors()...)
 	gauge("owned_keys", "Partitions and queues this shard holds.", func() float64 { return float64(len(d.Shard.Owned())) })
 	counter("ownership_changes_total", "Ownership records acquired or released.", func() float64 { return float64(d.Shard.OwnershipChanges()) })
 	gauge("gossip_members", "Live members seen by gossip.", func() float64 { return float64(len(d.Shard.Members())) })
@@ -150,3 +152,45 @@ func sendConst(ch chan<- prometheus.Metric, desc *prometheus.Desc, t prometheus.
 		ch <- m
 	}
 }
+
+// promObserver exports the scheduler's measurements (scheduler.Observer) as
+// Prometheus histograms and counters; safe for concurrent use.
+type promObserver struct {
+	submitToBind, admissionWait, reserve, place prometheus.Histogram
+	evictions                                   *prometheus.CounterVec
+	victims, reclaimToRunning                   prometheus.Histogram
+}
+
+var _ scheduler.Observer = (*promObserver)(nil)
+
+func newPromObserver() *promObserver {
+	h := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "shardsched", Name: name, Help: help, Buckets: buckets})
+	}
+	slow := prometheus.ExponentialBuckets(0.005, 2, 16)  // 5 ms .. ~164 s
+	fast := prometheus.ExponentialBuckets(0.0001, 2, 16) // 0.1 ms .. ~3.3 s
+	return &promObserver{
+		submitToBind:  h("submit_to_bind_seconds", "Pod creation to successful bind.", slow),
+		admissionWait: h("admission_wait_seconds", "PodGroup creation to admission by the coordinator.", slow),
+		reserve:       h("reservation_seconds", "Coordinator reservation latency seen by the shard.", fast),
+		place:         h("placement_seconds", "Gang placement (filter and score) time per job and cycle.", fast),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "shardsched", Name: "evictions_total",
+			Help: "Pods evicted, by reason (reclaim: to a queue below its deserved share; preempt: to a job of higher priority in the same queue; node: room on nodes for a job of higher priority)."}, []string{"reason"}),
+		victims: h("victims_per_preemption", "Jobs marked to give quota back per job that took it (reclaim or preemption), seen by the preemptor's queue owner.",
+			prometheus.ExponentialBuckets(1, 2, 8)),
+		reclaimToRunning: h("reclaim_to_running_seconds", "Time from a job's nomination (quota taken back for it) to its gang bound.",
+			prometheus.ExponentialBuckets(0.05, 2, 14)),
+	}
+}
+
+func (o *promObserver) collectors() []prometheus.Collector {
+	return []prometheus.Collector{o.submitToBind, o.admissionWait, o.reserve, o.place, o.evictions, o.victims, o.reclaimToRunning}
+}
+
+func (o *promObserver) SubmitToBind(d time.Duration)     { o.submitToBind.Observe(d.Seconds()) }
+func (o *promObserver) AdmissionWait(d time.Duration)    { o.admissionWait.Observe(d.Seconds()) }
+func (o *promObserver) Reserve(d time.Duration)          { o.reserve.Observe(d.Seconds()) }
+func (o *promObserver) Place(d time.Duration)            { o.place.Observe(d.Seconds()) }
+func (o *promObserver) Evicted(reason string)            { o.evictions.WithLabelValues(reason).Inc() }
+func (o *promObserver) Victims(n int)                    { o.victims.Observe(float64(n)) }
+func (o *promObserver) ReclaimToRunning(d time.Duration) { o.reclaimToRunning.Observe(d.Seconds()) }

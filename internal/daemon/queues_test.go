@@ -34,7 +34,7 @@ func (ev *env) sub(t *testing.T) *env {
 func (ev *env) startShard(endpoints []string) {
 	ev.t.Helper()
 	ev.d, ev.http = startDaemon(ev.t, ev.cfg, "shard-0", endpoints, nil)
-	ev.eventually("the shard holds every partition", 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 })
+	testenv.Eventually(ev.t, 20*time.Second, func() bool { return len(ev.d.Shard.Owned()) >= 64 }, "the shard holds every partition")
 }
 
 // invalidMark returns a Queue's invalid-queue annotation ("" when none).
@@ -104,9 +104,9 @@ func TestInvalidQueuesLeftOutValidOnesScheduled(t *testing.T) {
 		})
 		ev.podGroup("iq-job-1", "iq-good", 1)
 		ev.pod("iq-job-1-0", "iq-job-1", "1", "1Gi", nil)
-		ev.eventually("the pod in the queue created after the bad ones is bound", 30*time.Second, func() bool { return ev.nodeOf("iq-job-1-0") != "" })
+		testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("iq-job-1-0") != "" }, "the pod in the queue created after the bad ones is bound")
 		for q, words := range problems {
-			ev.eventually(fmt.Sprintf("%s carries its problem (%v) in an annotation and an Event", q, words), 30*time.Second, func() bool {
+			testenv.Eventually(ev.t, 30*time.Second, func() bool {
 				mark, msg := ev.invalidMark(q), ev.invalidEvent(q)
 				for _, w := range words {
 					if !strings.Contains(mark, w) || !strings.Contains(msg, w) {
@@ -114,7 +114,7 @@ func TestInvalidQueuesLeftOutValidOnesScheduled(t *testing.T) {
 					}
 				}
 				return true
-			})
+			}, "%s carries its problem (%v) in an annotation and an Event", q, words)
 			t.Logf("%s: %s", q, ev.invalidMark(q))
 		}
 		if m := ev.invalidMark("iq-good"); m != "" {
@@ -129,17 +129,17 @@ func TestInvalidQueuesLeftOutValidOnesScheduled(t *testing.T) {
 		ev.startShard(e.Endpoints)
 		ev.podGroup("iq-job-2", "iq-good", 1)
 		ev.pod("iq-job-2-0", "iq-job-2", "1", "1Gi", nil)
-		ev.eventually("after a restart, a pod in a valid queue is bound", 30*time.Second, func() bool { return ev.nodeOf("iq-job-2-0") != "" })
+		testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("iq-job-2-0") != "" }, "after a restart, a pod in a valid queue is bound")
 		ev.podGroup("iq-job-3", api.DefaultQueue, 1)
 		ev.pod("iq-job-3-0", "iq-job-3", "1", "1Gi", nil)
-		ev.eventually("after a restart, a pod in the default queue is bound", 30*time.Second, func() bool { return ev.nodeOf("iq-job-3-0") != "" })
+		testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("iq-job-3-0") != "" }, "after a restart, a pod in the default queue is bound")
 		// Fixed, a queue leaves its mark behind.
 		ev.queue("iq-good-parent", "", nil)
 		ev.updateQueue("iq-orphan", func(q *schedv1beta1.Queue) { q.Spec.Parent = "iq-good-parent" })
-		ev.eventually("the fixed queue's mark is removed", 30*time.Second, func() bool { return ev.invalidMark("iq-orphan") == "" })
+		testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.invalidMark("iq-orphan") == "" }, "the fixed queue's mark is removed")
 		ev.podGroup("iq-job-4", "iq-orphan", 1)
 		ev.pod("iq-job-4-0", "iq-job-4", "1", "1Gi", nil)
-		ev.eventually("a pod in the fixed queue is bound", 30*time.Second, func() bool { return ev.nodeOf("iq-job-4-0") != "" })
+		testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("iq-job-4-0") != "" }, "a pod in the fixed queue is bound")
 	})
 }
 
@@ -154,10 +154,10 @@ func TestRootAndDefaultQueuesCreated(t *testing.T) {
 		if err := queues.Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
-		ev.eventually(n+" is gone", 30*time.Second, func() bool {
+		testenv.Eventually(ev.t, 30*time.Second, func() bool {
 			_, err := queues.Get(ctx, n, metav1.GetOptions{})
 			return apierrors.IsNotFound(err)
-		})
+		}, "%s is gone", n)
 	}
 	op := &schedv1beta1.Queue{ObjectMeta: metav1.ObjectMeta{Name: api.DefaultQueue, Labels: map[string]string{"owner": "operator"}},
 		Spec: schedv1beta1.QueueSpec{Weight: 7}}
@@ -168,10 +168,10 @@ func TestRootAndDefaultQueuesCreated(t *testing.T) {
 	// Leave a plain default behind for the tests after this one.
 	t.Cleanup(func() { _ = queues.Delete(context.Background(), api.DefaultQueue, metav1.DeleteOptions{}) })
 	ev.startShard(testenv.NewEtcd(t).Endpoints)
-	ev.eventually("the root Queue exists", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		root, err := queues.Get(ctx, api.RootQueue, metav1.GetOptions{})
 		return err == nil && root.Spec.Parent == "" && root.Spec.Weight == 1
-	})
+	}, "the root Queue exists")
 	def, err := queues.Get(ctx, api.DefaultQueue, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -180,23 +180,23 @@ func TestRootAndDefaultQueuesCreated(t *testing.T) {
 		t.Fatalf("operator's default overwritten: %+v", def)
 	}
 	// Scheduling uses the operator's default as declared.
-	ev.eventually("the shard's tree has default with weight 7", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		tr := ev.d.sched.Tree()
 		if tr == nil {
 			return false
 		}
 		s, ok := tr.Get(api.DefaultQueue)
 		return ok && s.Weight == 7
-	})
+	}, "the shard's tree has default with weight 7")
 
 	// Without an operator's default, the shard creates it under root.
 	if err := queues.Delete(ctx, api.DefaultQueue, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ev.eventually("default is gone", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		_, err := queues.Get(ctx, api.DefaultQueue, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
-	})
+	}, "default is gone")
 	if err := kube.EnsureDefaultQueues(ctx, ev.vc); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestQueueStatusWritesDoNotPushTree(t *testing.T) {
 	for _, n := range names {
 		ev.queue(n, "", nil)
 	}
-	ev.eventually("the coordinator has the three queues", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		list, err := ev.d.Quota.List(ctx)
 		if err != nil {
 			return false
@@ -231,7 +231,7 @@ func TestQueueStatusWritesDoNotPushTree(t *testing.T) {
 			}
 		}
 		return got == len(names)
-	})
+	}, "the coordinator has the three queues")
 	// Let the start-up pushes settle.
 	time.Sleep(time.Second)
 	before := ev.d.QueueTreePushes()
@@ -258,14 +258,14 @@ func TestQueueStatusWritesDoNotPushTree(t *testing.T) {
 		ev.podGroup(g, names[i%len(names)], 1)
 		ev.pod(g+"-0", g, "100m", "128Mi", nil)
 	}
-	ev.eventually("every job's pod is bound", 60*time.Second, func() bool {
+	testenv.Eventually(ev.t, 60*time.Second, func() bool {
 		for i := 0; i < jobs; i++ {
 			if ev.nodeOf(fmt.Sprintf("sw-job-%d-0", i)) == "" {
 				return false
 			}
 		}
 		return true
-	})
+	}, "every job's pod is bound")
 	// Let the last status flushes land.
 	time.Sleep(time.Second)
 	w.Stop()
@@ -281,7 +281,7 @@ func TestQueueStatusWritesDoNotPushTree(t *testing.T) {
 
 	// A spec change is pushed, once.
 	ev.updateQueue("sw-q0", func(q *schedv1beta1.Queue) { q.Spec.Weight = 5 })
-	ev.eventually("the weight change reaches the coordinator", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		list, err := ev.d.Quota.List(ctx)
 		if err != nil {
 			return false
@@ -292,7 +292,7 @@ func TestQueueStatusWritesDoNotPushTree(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}, "the weight change reaches the coordinator")
 	time.Sleep(time.Second)
 	if got := ev.d.QueueTreePushes() - before; got != 1 {
 		t.Fatalf("%d pushes for one spec change, want 1", got)

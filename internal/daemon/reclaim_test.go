@@ -15,7 +15,7 @@ import (
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/shardsched/shardsched/internal/testenv"
-	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Quota taken back on the real API server: borrowed quota reclaimed by the
@@ -111,9 +111,9 @@ func (ev *env) twoShards() ([]*Daemon, []func()) {
 	d0, _, stop0 := runDaemon(ev.t, ev.cfg, "shard-0", e.Endpoints, nil)
 	d1, _, stop1 := runDaemon(ev.t, ev.cfg, "shard-1", e.Endpoints, []string{d0.Shard.GossipAddr()})
 	ev.d = d0
-	ev.eventually("both shards hold partitions", 30*time.Second, func() bool {
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
 		return len(d0.Shard.Owned()) > 0 && len(d1.Shard.Owned()) > 0 && len(d0.Shard.Owned())+len(d1.Shard.Owned()) >= 64
-	})
+	}, "both shards hold partitions")
 	return []*Daemon{d0, d1}, []func(){stop0, stop1}
 }
 
@@ -239,7 +239,7 @@ func TestReclaimLeavesNonReclaimableAndGuarantee(t *testing.T) {
 		ev.lcPodGroup(name, "rc-nr-g", 1, "")
 		ev.pod(name+"-0", name, "1", "1Gi", nil)
 	}
-	ev.eventually("g's two jobs are bound", 30*time.Second, func() bool { return ev.nodeOf("g0-0") != "" && ev.nodeOf("g1-0") != "" })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("g0-0") != "" && ev.nodeOf("g1-0") != "" }, "g's two jobs are bound")
 	if p, _ := ev.lcList("app=keeper"); p.bound != 6 {
 		t.Errorf("B holds %d pods, want 6 (nothing taken from a queue that is not reclaimable)", p.bound)
 	}
@@ -267,9 +267,9 @@ func TestPreemptLowerPriorityGangWhole(t *testing.T) {
 		}
 	}
 	gang("low", "rc-low", 3)
-	ev.eventually("the low gang is bound", 30*time.Second, func() bool { return ev.boundCount("low", 3) == 3 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundCount("low", 3) == 3 }, "the low gang is bound")
 	gang("high", "rc-high", 2)
-	ev.eventually("the high gang is bound", 30*time.Second, func() bool { return ev.boundCount("high", 2) == 2 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundCount("high", 2) == 2 }, "the high gang is bound")
 	// Whole: every pod of the low gang is gone (none left running alone).
 	ev.lcEventually("the low gang is evicted whole", 30*time.Second, func() (bool, string) {
 		list, err := ev.cs.CoreV1().Pods(ev.ns).List(ctx, metav1.ListOptions{})
@@ -324,7 +324,7 @@ func TestReclaimShardKilledMidPlan(t *testing.T) {
 		return false, "no Reclaiming condition yet"
 	})
 	victimOwner := 1
-	if ds[0].Shard.Holds(shard.QueueKey("rc-k-b")) {
+	if ds[0].Shard.Holds(wire.QueueKey("rc-k-b")) {
 		victimOwner = 0
 	}
 	stops[victimOwner]()
@@ -373,7 +373,7 @@ func TestNodePreemptionMakesRoom(t *testing.T) {
 	}
 	ev.pod("urgent-0", "urgent", "1", "1Gi", nil)
 	ev.pod("urgent-1", "urgent", "1", "1Gi", nil)
-	ev.eventually("the urgent gang is bound", 60*time.Second, func() bool { return ev.boundCount("urgent", 2) == 2 })
+	testenv.Eventually(ev.t, 60*time.Second, func() bool { return ev.boundCount("urgent", 2) == 2 }, "the urgent gang is bound")
 	p, err := ev.lcList("app=filler")
 	if err != nil {
 		t.Fatal(err)

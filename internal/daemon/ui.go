@@ -11,7 +11,7 @@ import (
 	"github.com/shardsched/shardsched/internal/ctl"
 	"github.com/shardsched/shardsched/internal/ui"
 	"github.com/shardsched/shardsched/internal/version"
-	"github.com/shardsched/shardsched/shard"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // overview builds the web UI's document from this shard's informer caches
@@ -47,11 +47,11 @@ func (d *Daemon) overview(*http.Request) (*ui.Overview, error) {
 		}
 	}
 	for i := range d.opts.Shard.Partitions {
-		count(shard.PartitionKey(i), false)
+		count(wire.PartitionKey(i), false)
 	}
 	for _, r := range o.Queues {
 		if r.LeftOut == "" {
-			count(shard.QueueKey(r.Name), true)
+			count(wire.QueueKey(r.Name), true)
 		}
 	}
 	if v := views[d.opts.Name]; v != nil {

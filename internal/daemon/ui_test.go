@@ -72,7 +72,7 @@ func TestWebUIInARealBrowser(t *testing.T) {
 	// for quota, with the scheduler's reason on its PodGroup.
 	ev.podGroup("ui-hold", "ui-nlp", 1)
 	ev.pod("ui-hold-0", "ui-hold", "4", "1Gi", nil)
-	ev.eventually("the holder is bound", 30*time.Second, func() bool { return ev.nodeOf("ui-hold-0") != "" })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.nodeOf("ui-hold-0") != "" }, "the holder is bound")
 	ev.podGroup("ui-gang", "ui-nlp", 2)
 	ev.pod("ui-gang-0", "ui-gang", "2", "1Gi", nil)
 	ev.pod("ui-gang-1", "ui-gang", "2", "1Gi", nil)
@@ -127,7 +127,7 @@ func TestWebUIInARealBrowser(t *testing.T) {
 	if err := ev.cs.CoreV1().Pods(ev.ns).Delete(context.Background(), "ui-hold-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	ev.eventually("the gang is bound", 30*time.Second, func() bool { return ev.boundCount("ui-gang", 2) == 2 })
+	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundCount("ui-gang", 2) == 2 }, "the gang is bound")
 	wait("3 binds and the gang gone from the waiting list",
 		fmt.Sprintf(`document.querySelector('#binds').textContent === '3' && !document.querySelector('#waiting tr[data-job=%q]')`, job))
 	wait("ui-nlp's allocation as 4 of 6 CPU", `document.querySelector('#queues tr[data-queue="ui-nlp"]').textContent.includes('4 / 6')`)

@@ -11,13 +11,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/shardsched/shardsched/internal/testenv"
 )
 
-// F3: a burst of 20,000 pod creations against 10 queues. Queue status has
-// one writer (the owner shard), coalesced per queue: no write conflicts, the
+// TestPodBurstStatusWritesCoalesced is failure F3 through the real daemon:
+// a burst of 20,000 pod creations against 10 queues. Queue status has one
+// writer (the owner shard), coalesced per queue: no write conflicts, the
 // pending status entries stay O(queues + podgroups), and the writes stay
 // within (duration / interval) × objects + objects.
-func TestF3BurstStatusWrites(t *testing.T) {
+func TestPodBurstStatusWritesCoalesced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates 20,000 pods")
 	}
@@ -88,10 +91,10 @@ func TestF3BurstStatusWrites(t *testing.T) {
 		t.Fatalf("create pod: %v", err)
 	default:
 	}
-	ev.eventually("every pod is bound", 5*time.Minute, func() bool {
+	testenv.Eventually(ev.t, 5*time.Minute, func() bool {
 		return ev.d.sched.Stats().Binds >= pods
-	})
-	ev.eventually("queue status shows every pod's CPU allocated", time.Minute, func() bool {
+	}, "every pod is bound")
+	testenv.Eventually(ev.t, time.Minute, func() bool {
 		for q := 0; q < queues; q++ {
 			qq, err := ev.vc.SchedulingV1beta1().Queues().Get(ctx, fmt.Sprintf("f3-q%d", q), metav1.GetOptions{})
 			if err != nil {
@@ -103,7 +106,7 @@ func TestF3BurstStatusWrites(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, "queue status shows every pod's CPU allocated")
 	close(stop)
 	<-sampled
 	elapsed := time.Since(start)

@@ -1,0 +1,214 @@
+package cache
+
+import "github.com/shardsched/shardsched/api"
+
+// Tasks: the task events, and what the cache derives from each task: its
+// view, its placement, its group and what the books hold for it.
+
+// AddOrUpdateTask records a task (a deep copy), keyed by UID; a task with an
+// empty UID is ignored. An update that changes NodeName or Phase moves its
+// request between node books; a terminal task uses nothing; a Releasing task
+// stays in Used and also counts in Releasing. A task bound to a node that is
+// not known yet is booked when the node arrives. If the task's
+// namespace/name is held by another UID, that older task is gone from the
+// API server (names are unique among live objects) and is forgotten.
+// For a task assumed by Assume, an update bound to the assumed node confirms
+// it, one bound elsewhere moves it, and one not yet bound keeps the
+// assumption. Called concurrently by informer handlers.
+func (c *Cache) AddOrUpdateTask(t api.Task) {
+	if t.UID == "" {
+		return
+	}
+	c.lock()
+	defer c.unlock()
+	c.setTaskLocked(t)
+}
+
+func (c *Cache) setTaskLocked(t api.Task) {
+	key := objKey{t.Namespace, t.Name}
+	if other, ok := c.taskNames[key]; ok && other != t.UID {
+		c.removeTaskLocked(other)
+	}
+	e := c.tasks[t.UID]
+	if e == nil {
+		e = &taskEntry{uid: t.UID}
+		c.tasks[t.UID] = e
+	} else if old := (objKey{e.obj.Namespace, e.obj.Name}); old != key && c.taskNames[old] == t.UID {
+		delete(c.taskNames, old)
+	}
+	c.taskNames[key] = t.UID
+	obj := cloneTask(t)
+	if e.assumed != "" && (obj.Phase.Terminal() || obj.NodeName != "") {
+		// Confirmed (bound to the assumed node), moved (bound elsewhere) or
+		// finished: from now on the event is the truth.
+		e.assumed = ""
+	}
+	e.obj = &obj
+	e.req = sanitize(obj.Request)
+	c.placeLocked(e)
+}
+
+// DeleteTask forgets the task with this UID (a task re-created under the same
+// name has another UID and is not touched). Called concurrently.
+func (c *Cache) DeleteTask(uid string) {
+	c.lock()
+	defer c.unlock()
+	c.removeTaskLocked(uid)
+}
+
+func (c *Cache) removeTaskLocked(uid string) {
+	e := c.tasks[uid]
+	if e == nil {
+		return
+	}
+	if e.bookedOn != "" {
+		be := c.nodes[e.bookedOn].books
+		c.unbook(be, e)
+		c.nodeChanged(be)
+	}
+	c.setPlacement(e, "")
+	c.leaveGroup(e)
+	if key := (objKey{e.obj.Namespace, e.obj.Name}); c.taskNames[key] == uid {
+		delete(c.taskNames, key)
+	}
+	delete(c.tasks, uid)
+}
+
+// placeLocked recomputes everything derived from a task's obj and
+// assumption: its view, placement, pending state, group and booking.
+func (c *Cache) placeLocked(e *taskEntry) {
+	view := e.obj
+	if e.assumed != "" {
+		v := *e.obj // shares obj's maps, which are never mutated
+		v.NodeName, v.Phase = e.assumed, api.TaskBound
+		view = &v
+	}
+	e.view = view
+	node := ""
+	if !view.Phase.Terminal() {
+		node = view.NodeName
+	}
+	c.setPlacement(e, node)
+	c.leaveGroup(e)
+	pending := node == "" && e.assumed == "" && (view.Phase == api.TaskPending || view.Phase == "")
+	c.joinGroup(e, objKey{view.Namespace, view.Job}, pending)
+	c.rebook(e)
+}
+
+func (c *Cache) setPlacement(e *taskEntry, node string) {
+	if node == e.node {
+		return
+	}
+	if e.node != "" {
+		if m := c.byNode[e.node]; m != nil {
+			delete(m, e.uid)
+			if len(m) == 0 {
+				delete(c.byNode, e.node)
+			}
+		}
+	}
+	if node != "" {
+		m := c.byNode[node]
+		if m == nil {
+			m = map[string]*taskEntry{}
+			c.byNode[node] = m
+		}
+		m[e.uid] = e
+	}
+	e.node = node
+}
+
+// rebook makes the books hold what the task's placement says, touching only
+// the nodes whose books change.
+func (c *Cache) rebook(e *taskEntry) {
+	var target *bookEntry
+	if e.node != "" {
+		if ne := c.nodes[e.node]; ne != nil {
+			target = ne.books
+		}
+	}
+	rel := e.view.Phase == api.TaskReleasing
+	if target != nil && e.bookedOn == e.node && e.bookedRel == rel && e.bookedReq.Equal(e.req) {
+		return
+	}
+	if target == nil && e.bookedOn == "" {
+		return
+	}
+	var old *bookEntry
+	if e.bookedOn != "" {
+		old = c.nodes[e.bookedOn].books
+		c.unbook(old, e)
+	}
+	if target != nil {
+		c.book(target, e, rel)
+		c.nodeChanged(target)
+	}
+	if old != nil && old != target {
+		c.nodeChanged(old)
+	}
+}
+
+func (c *Cache) book(be *bookEntry, e *taskEntry, rel bool) {
+	if !addInto(&be.b.Used, e.req, +1) {
+		be.exact = false
+	}
+	if rel && !addInto(&be.b.Releasing, e.req, +1) {
+		be.exact = false
+	}
+	be.b.Tasks++
+	e.bookedOn, e.bookedReq, e.bookedRel = be.b.Node.Name, e.req, rel
+}
+
+func (c *Cache) unbook(be *bookEntry, e *taskEntry) {
+	if be.exact {
+		if !addInto(&be.b.Used, e.bookedReq, -1) {
+			be.exact = false
+		}
+		if e.bookedRel && !addInto(&be.b.Releasing, e.bookedReq, -1) {
+			be.exact = false
+		}
+	}
+	be.b.Tasks--
+	e.bookedOn, e.bookedReq, e.bookedRel = "", api.Resource{}, false
+}
+
+func (c *Cache) leaveGroup(e *taskEntry) {
+	g := e.group
+	if g == nil {
+		return
+	}
+	delete(g.tasks, e.uid)
+	if e.pending {
+		g.pending--
+		c.pendingCount--
+	}
+	c.touchGroup(g)
+	if g.pending == 0 {
+		delete(c.pendingGroups, g.key)
+	}
+	if len(g.tasks) == 0 {
+		delete(c.groups, g.key)
+	}
+	e.group, e.pending = nil, false
+}
+
+func (c *Cache) joinGroup(e *taskEntry, key objKey, pending bool) {
+	g := c.groups[key]
+	if g == nil {
+		g = &taskGroup{key: key, tasks: map[string]*taskEntry{}, cutoff: cutoffOf(c.jobs[c.jobNames[key]])}
+		c.groups[key] = g
+	}
+	g.tasks[e.uid] = e
+	e.group, e.pending = g, pending
+	if pending {
+		g.pending++
+		c.pendingCount++
+		c.pendingGroups[key] = g
+	}
+	c.touchGroup(g)
+}
+
+func (c *Cache) touchGroup(g *taskGroup) {
+	g.gen = c.next()
+	c.groupsGen = g.gen
+}

@@ -1,0 +1,35 @@
+package scheduler
+
+import "time"
+
+// Observer receives the scheduler's measurements, for whatever exports
+// them (the daemon's Prometheus registry; nothing in tests and the
+// simulator). Called concurrently by the loop and the bind workers; must
+// not block. A nil Deps.Observer drops them.
+type Observer interface {
+	// SubmitToBind: a pod's creation to its successful bind.
+	SubmitToBind(time.Duration)
+	// AdmissionWait: a PodGroup's creation to its admission.
+	AdmissionWait(time.Duration)
+	// Reserve: one reservation call to the coordinator.
+	Reserve(time.Duration)
+	// Place: one gang's placement (filter and score) in one cycle.
+	Place(time.Duration)
+	// Evicted: one pod evicted; reason is "reclaim", "preempt" or "node".
+	Evicted(reason string)
+	// Victims: how many jobs give quota back to one job that took it.
+	Victims(n int)
+	// ReclaimToRunning: a job's nomination to its gang bound.
+	ReclaimToRunning(time.Duration)
+}
+
+// noObserver drops every measurement.
+type noObserver struct{}
+
+func (noObserver) SubmitToBind(time.Duration)     {}
+func (noObserver) AdmissionWait(time.Duration)    {}
+func (noObserver) Reserve(time.Duration)          {}
+func (noObserver) Place(time.Duration)            {}
+func (noObserver) Evicted(string)                 {}
+func (noObserver) Victims(int)                    {}
+func (noObserver) ReclaimToRunning(time.Duration) {}
