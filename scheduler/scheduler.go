@@ -175,6 +175,25 @@ type Deps struct {
 }
 
 // Scheduler is one shard's scheduling loop and bind pool.
+//
+// Who calls what:
+//   - Cycle runs on one goroutine at a time, the loop: Run's ticker, or a
+//     driver that calls it itself (the simulated bench, after
+//     StartBinders). Every field marked "loop only" belongs to it. A cycle
+//     blocks on the coordinator's and the claim store's calls (each bounded
+//     by CallTimeout, in parallel up to AdmitParallelism) and on handing
+//     binds to the bind pool; it never blocks on a bind itself.
+//   - The bind workers (BindWorkers of them, started by Run or
+//     StartBinders) call the Binder; they share with the loop only what mu
+//     guards and the cache (which has its own lock).
+//   - SetTree, Tree, QueueStatuses, Stats and BindsInFlight may be called
+//     from any goroutine at any time and never block on I/O (SetTree is
+//     the event source's queue callback).
+//
+// Lock order: mu, then the cache's lock (Cache.Assume/Forget are called
+// with mu released). The scheduler never writes the API server itself: it
+// goes through its ports (Binder, Evictor, Groups, Recorder, Status), so
+// what it does is the same against the real API server and the simulator.
 type Scheduler struct {
 	cfg   Config
 	deps  Deps

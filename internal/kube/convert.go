@@ -1,7 +1,3 @@
-// Package kube is the Kubernetes edge: conversions from core and Volcano
-// objects to the domain types of package api, and (later) the adapters that
-// implement the scheduler's ports with client-go. Nothing under api/, cache/,
-// coordinator/ or shard/ imports client-go; only this package does.
 package kube
 
 import (

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"maps"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -61,8 +60,7 @@ type Source struct {
 	// pgMu serializes PodGroup conversions, so that a PriorityClass event
 	// re-converting a PodGroup from the lister cannot hand the sink an
 	// older version after the PodGroup's own handler handed a newer one.
-	pgMu       sync.Mutex
-	badObjects sync.Map // "kind/ns/name" → error text, for operators
+	pgMu sync.Mutex
 
 	queueMu sync.Mutex // serializes queues() and onQueues; guards the fields below
 	// lastSpecs and lastBad are what onQueues was last given (bad as
@@ -206,19 +204,10 @@ func stripManagedFields(o any) (any, error) {
 	return o, nil
 }
 
-// BadObjects lists objects that could not be converted, with the reason.
-func (s *Source) BadObjects() map[string]string {
-	out := map[string]string{}
-	s.badObjects.Range(func(k, v any) bool {
-		out[k.(string)] = v.(string)
-		return true
-	})
-	return out
-}
-
+// bad logs an object that could not be converted: it is left out (a
+// Queue's is also reported on the Queue by its owner, QueueReporter).
 func (s *Source) bad(kind, key string, err error) {
 	s.log.Warn("cannot convert object; ignoring it", "kind", kind, "object", key, "err", err)
-	s.badObjects.Store(kind+"/"+key, err.Error())
 }
 
 func (s *Source) node(o any) {
@@ -231,7 +220,6 @@ func (s *Source) node(o any) {
 		s.bad("node", n.Name, err)
 		return
 	}
-	s.badObjects.Delete("node/" + n.Name)
 	s.sink.AddOrUpdateNode(v)
 }
 
@@ -245,7 +233,6 @@ func (s *Source) pod(o any) {
 		s.bad("pod", p.Namespace+"/"+p.Name, err)
 		return
 	}
-	s.badObjects.Delete("pod/" + p.Namespace + "/" + p.Name)
 	s.sink.AddOrUpdateTask(t)
 }
 
@@ -267,7 +254,6 @@ func (s *Source) convertPodGroup(pg *schedv1beta1.PodGroup) {
 		return
 	}
 	j.Priority = s.classValue(j.PriorityClass)
-	s.badObjects.Delete("podgroup/" + pg.Namespace + "/" + pg.Name)
 	s.sink.AddOrUpdateJob(j)
 }
 
@@ -357,15 +343,6 @@ func (s *Source) queues() {
 		if s.lastBad[n] != why {
 			s.log.Warn("cannot convert queue; it is left out of the queue tree", "queue", n, "err", why)
 		}
-	}
-	s.badObjects.Range(func(k, _ any) bool {
-		if key := k.(string); strings.HasPrefix(key, "queue/") && badText[key[len("queue/"):]] == "" {
-			s.badObjects.Delete(key)
-		}
-		return true
-	})
-	for n, why := range badText {
-		s.badObjects.Store("queue/"+n, why)
 	}
 	s.lastSpecs, s.lastBad, s.queuesSent = specs, badText, true
 	if s.onQueues != nil {
