@@ -96,7 +96,7 @@ func TestTasksBeforeTheirNode(t *testing.T) {
 	c.AddOrUpdateTask(on(mkTask("ns", "a", "j", 1000, 1), "late", api.TaskRunning))
 	c.AddOrUpdateTask(on(mkTask("ns", "b", "j", 1000, 1), "late", api.TaskReleasing))
 	c.AddOrUpdateTask(on(mkTask("ns", "c", "j", 1000, 1), "late", api.TaskSucceeded))
-	if st := c.Stats(); st.Tasks != 3 || st.Nodes != 0 || st.OwnedNodes != 0 {
+	if st := c.Stats(); st.Tasks != 3 || st.Nodes != 0 || st.BookedNodes != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	mustVerify(t, c)
@@ -196,7 +196,7 @@ func TestAssumeForgetConfirm(t *testing.T) {
 }
 
 func TestAssumeRefusalsChangeNothing(t *testing.T) {
-	c := New(Options{Owns: func(n string) bool { return n != "theirs" }})
+	c := New(Options{KeepsBooks: func(n string) bool { return n != "theirs" }})
 	c.AddOrUpdateNode(mkNode("small", 2, 4, 2))
 	c.AddOrUpdateNode(mkNode("theirs", 64, 256, 110))
 	c.AddOrUpdateTask(on(mkTask("ns", "running", "j", 500, 1), "small", api.TaskRunning))
@@ -252,7 +252,7 @@ func TestAssumeRefusalsChangeNothing(t *testing.T) {
 }
 
 func TestOwnershipChange(t *testing.T) {
-	c := New(Options{Owns: func(n string) bool { return n == "n1" }})
+	c := New(Options{KeepsBooks: func(n string) bool { return n == "n1" }})
 	for _, n := range []string{"n1", "n2", "n3"} {
 		c.AddOrUpdateNode(mkNode(n, 8, 32, 110))
 		c.AddOrUpdateTask(on(mkTask("ns", "on-"+n, "j", 1000, 1), n, api.TaskRunning))
@@ -278,27 +278,27 @@ func TestOwnershipChange(t *testing.T) {
 
 	var s Snapshot
 	c.UpdateSnapshot(&s)
-	c.SetOwns(func(n string) bool { return n != "n1" })
+	c.SetKeepsBooks(func(n string) bool { return n != "n1" })
 	if got := names(); len(got) != 2 || got[0] != "n2" || got[1] != "n3" {
-		t.Fatalf("owned after SetOwns %v", got)
+		t.Fatalf("owned after SetKeepsBooks %v", got)
 	}
 	wantUsed(t, c, "n2", req(1000, 1, 1), 1)
 	// The incremental snapshot drops n1 and adds n2, n3.
 	c.UpdateSnapshot(&s)
 	if _, ok := s.Node("n1"); ok || s.NumNodes() != 2 {
-		t.Fatalf("incremental snapshot after SetOwns: %d nodes", s.NumNodes())
+		t.Fatalf("incremental snapshot after SetKeepsBooks: %d nodes", s.NumNodes())
 	}
 	if _, ok := c.Task("ns/on-n1-uid"); !ok {
 		t.Fatal("a task on a node no longer owned is forgotten")
 	}
-	if st := c.Stats(); st.Nodes != 3 || st.OwnedNodes != 2 || st.Tasks != 4 || st.Pending != 1 {
+	if st := c.Stats(); st.Nodes != 3 || st.BookedNodes != 2 || st.Tasks != 4 || st.Pending != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	mustVerify(t, c)
 
-	c.SetOwns(nil)
+	c.SetKeepsBooks(nil)
 	if got := names(); len(got) != 3 {
-		t.Fatalf("owned with nil Owns: %v", got)
+		t.Fatalf("owned with nil KeepsBooks: %v", got)
 	}
 	wantUsed(t, c, "n1", req(1000, 1, 1), 1)
 	mustVerify(t, c)
@@ -354,8 +354,8 @@ func TestNoPanicOnBadInput(t *testing.T) {
 	c.DeleteNode("", "")
 	c.DeleteJob("")
 	_ = c.Assume("", "")
-	c.SetOwns(func(string) bool { return false })
-	c.SetOwns(nil)
+	c.SetKeepsBooks(func(string) bool { return false })
+	c.SetKeepsBooks(nil)
 	mustVerify(t, c)
 }
 

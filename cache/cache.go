@@ -11,12 +11,12 @@ import (
 // Options configure a Cache. The zero value keeps books for every node and
 // reports nothing.
 type Options struct {
-	// Owns reports which nodes this shard keeps books for; nil means all.
+	// KeepsBooks reports which nodes this shard keeps books for; nil means all.
 	// It is called with the Cache's lock held, so it must be fast, must not
 	// block and must not call back into the Cache. It must answer the same
-	// way until it is replaced with SetOwns: the cache asks it when a node
-	// arrives and when SetOwns is called, not on every event.
-	Owns func(node string) bool
+	// way until it is replaced with SetKeepsBooks: the cache asks it when a node
+	// arrives and when SetKeepsBooks is called, not on every event.
+	KeepsBooks func(node string) bool
 	// OnOutOfSync is called when a node goes out of sync (its books would
 	// exceed its allocatable; failure F2), with a reason naming each
 	// dimension and the amounts. It is called without the Cache's lock held,
@@ -32,7 +32,7 @@ type Cache struct {
 	onOutOfSync func(node, reason string) // set by New, never changed
 
 	// mu guards every field below it. Every writer (event handlers, Assume,
-	// Forget, SetOwns, Rebuild) holds it exclusively; every reader
+	// Forget, SetKeepsBooks, Rebuild) holds it exclusively; every reader
 	// (UpdateSnapshot, Task, Job, Stats, ...) holds it shared. It is the
 	// only lock in the package. Nothing outside the package is called while
 	// it is held, except owns.
@@ -72,7 +72,7 @@ type objKey struct{ namespace, name string }
 
 type note struct{ node, reason string }
 
-// nodeEntry is one known node. books is nil unless the shard owns the node.
+// nodeEntry is one known node. books is nil unless the shard keeps books for the node (it holds the node's partition).
 type nodeEntry struct {
 	node  api.Node // deep copy; replaced, never mutated
 	books *bookEntry
@@ -129,7 +129,7 @@ type groupSummary struct {
 
 // New returns an empty Cache.
 func New(opts Options) *Cache {
-	c := &Cache{onOutOfSync: opts.OnOutOfSync, owns: opts.Owns}
+	c := &Cache{onOutOfSync: opts.OnOutOfSync, owns: opts.KeepsBooks}
 	c.init()
 	return c
 }
@@ -174,6 +174,6 @@ func (c *Cache) next() int64 {
 	return c.gen
 }
 
-func (c *Cache) ownsLocked(node string) bool {
+func (c *Cache) keepsBooksLocked(node string) bool {
 	return c.owns == nil || c.owns(node)
 }

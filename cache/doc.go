@@ -1,14 +1,14 @@
 // Package cache keeps one shard's view of the cluster: the nodes, tasks
 // (pods) and jobs (PodGroups) reported by informer events, the books of the
-// nodes this shard owns (used, releasing, idle), and the private snapshot
+// nodes this shard keeps books for (used, releasing, idle), and the private snapshot
 // each scheduling cycle works on.
 //
 // # What it owns
 //
 //   - Every node, task and job it has been told about, as deep copies that it
 //     never hands out: readers get copies too.
-//   - The books (api.NodeBooks) of every known node the shard owns
-//     (Options.Owns). Tasks are tracked by UID whether or not their node is
+//   - The books (api.NodeBooks) of every known node the shard keeps books for
+//     (Options.KeepsBooks). Tasks are tracked by UID whether or not their node is
 //     known or owned; they are booked only on owned, known nodes, and a task
 //     seen before its node is booked when the node arrives.
 //   - Detection of failure F2: a node whose used resources would exceed its

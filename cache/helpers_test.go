@@ -225,8 +225,8 @@ func verify(c *Cache) error {
 		if ne.node.Name != name {
 			fail("node %s: name", name)
 		}
-		if (ne.books != nil) != c.ownsLocked(name) {
-			fail("node %s: books %v, owned %v", name, ne.books != nil, c.ownsLocked(name))
+		if (ne.books != nil) != c.keepsBooksLocked(name) {
+			fail("node %s: books %v, owned %v", name, ne.books != nil, c.keepsBooksLocked(name))
 		}
 		if ne.books == nil {
 			continue

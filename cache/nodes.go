@@ -2,7 +2,7 @@ package cache
 
 import "github.com/shardsched/shardsched/api"
 
-// Nodes: the node events, SetOwns and Rebuild, and the upkeep of the books
+// Nodes: the node events, SetKeepsBooks and Rebuild, and the upkeep of the books
 // of the owned nodes (created, dropped, recomputed, checked for F2).
 
 // AddOrUpdateNode records a node (a deep copy). An update whose content is
@@ -31,7 +31,7 @@ func (c *Cache) setNodeLocked(n api.Node) {
 	case ne.books != nil:
 		ne.books.b.Node = ne.node
 		c.nodeChanged(ne.books)
-	case c.ownsLocked(n.Name):
+	case c.keepsBooksLocked(n.Name):
 		c.createBooks(ne)
 	}
 }
@@ -53,16 +53,16 @@ func (c *Cache) DeleteNode(name, uid string) {
 	delete(c.nodes, name)
 }
 
-// SetOwns changes which nodes the shard keeps books for (nil: all) and
+// SetKeepsBooks changes which nodes the shard keeps books for (nil: all) and
 // rebuilds the books for the new set: books of nodes no longer owned are
 // dropped (their tasks stay known by UID), books of newly owned nodes are
 // computed from the tasks already known.
-func (c *Cache) SetOwns(owns func(node string) bool) {
+func (c *Cache) SetKeepsBooks(owns func(node string) bool) {
 	c.lock()
 	defer c.unlock()
 	c.owns = owns
 	for name, ne := range c.nodes {
-		want := c.ownsLocked(name)
+		want := c.keepsBooksLocked(name)
 		switch {
 		case want && ne.books == nil:
 			c.createBooks(ne)

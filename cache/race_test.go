@@ -22,7 +22,7 @@ func TestConcurrentEventsAndSnapshots(t *testing.T) {
 	var c *Cache
 	var oosCalls atomic.Int64
 	c = New(Options{
-		Owns: func(n string) bool { return n != "n-7" }, // one node is another shard's
+		KeepsBooks: func(n string) bool { return n != "n-7" }, // one node is another shard's
 		OnOutOfSync: func(node, reason string) {
 			oosCalls.Add(1)
 			_ = c.OutOfSync() // called without the lock: this would deadlock otherwise
@@ -116,7 +116,7 @@ func TestConcurrentEventsAndSnapshots(t *testing.T) {
 			}
 			if i%200 == 0 {
 				k := 1 + r.intn(3)
-				c.SetOwns(func(n string) bool { return len(n)%k != 0 || k == 1 })
+				c.SetKeepsBooks(func(n string) bool { return len(n)%k != 0 || k == 1 })
 			}
 			if i%150 == 0 {
 				n := mkNode(nodeName(r.intn(nodes)), 16, 64, 30)

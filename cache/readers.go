@@ -45,12 +45,12 @@ func (c *Cache) JobByName(namespace, name string) (api.Job, bool) {
 
 // Stats counts what the cache holds.
 type Stats struct {
-	Nodes      int // known nodes, owned or not
-	OwnedNodes int // nodes with books
-	Tasks      int // known tasks, any phase
-	Pending    int // tasks waiting to be placed
-	Jobs       int
-	OutOfSync  int // owned nodes currently out of sync
+	Nodes       int // known nodes, owned or not
+	BookedNodes int // nodes with books
+	Tasks       int // known tasks, any phase
+	Pending     int // tasks waiting to be placed
+	Jobs        int
+	OutOfSync   int // owned nodes currently out of sync
 	// OutOfSyncTotal counts transitions into out of sync since New.
 	OutOfSyncTotal int64
 }
@@ -61,7 +61,7 @@ func (c *Cache) Stats() Stats {
 	defer c.mu.RUnlock()
 	return Stats{
 		Nodes:          len(c.nodes),
-		OwnedNodes:     c.bookCount,
+		BookedNodes:    c.bookCount,
 		Tasks:          len(c.tasks),
 		Pending:        c.pendingCount,
 		Jobs:           len(c.jobs),

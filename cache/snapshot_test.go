@@ -392,7 +392,7 @@ func TestAgainstModel(t *testing.T) {
 					if r.intn(2) == 0 {
 						k := r.intn(3)
 						owns := func(n string) bool { return k == 0 || int(n[1]-'0')%k == 0 }
-						c.SetOwns(owns)
+						c.SetKeepsBooks(owns)
 						m.owns = owns
 						continue
 					}

@@ -256,7 +256,7 @@ func publishStatus(ctx context.Context, cs kubernetes.Interface, opts Options, s
 				}
 			}
 		}
-		st.Nodes = c.Stats().OwnedNodes
+		st.Nodes = c.Stats().BookedNodes
 		ss := sched.Stats()
 		st.Binds, st.BindFailures, st.OwnershipChanges = ss.Binds, ss.BindFailures, sh.OwnershipChanges()
 		now := time.Now()

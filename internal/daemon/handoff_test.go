@@ -91,7 +91,7 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 			want = 2
 		}
 		testenv.Eventually(ev.t, 20*time.Second, func() bool {
-			return d.Cache.Stats().OwnedNodes == want
+			return d.Cache.Stats().BookedNodes == want
 		}, "%s's cache has its %d node(s)", d.opts.Name, want)
 	}
 

@@ -137,7 +137,7 @@ func New(ctx context.Context, o Options, p Ports) (_ *Proc, err error) {
 		return nil, err
 	}
 	pr.Claims = shard.NewClaims(pr.Shard)
-	pr.Cache = cache.New(cache.Options{Owns: func(string) bool { return false }, OnOutOfSync: p.OnOutOfSync})
+	pr.Cache = cache.New(cache.Options{KeepsBooks: func(string) bool { return false }, OnOutOfSync: p.OnOutOfSync})
 	stCfg := o.Status
 	stCfg.Tracer = o.Tracer
 	// Queue status is written only while this shard holds the queue's
@@ -233,7 +233,7 @@ func (pr *Proc) SyncOwnership() {
 			set[k] = true
 		}
 		parts := pr.partitions
-		pr.Cache.SetOwns(func(node string) bool { return set[wire.PartitionKey(wire.Partition(node, parts))] })
+		pr.Cache.SetKeepsBooks(func(node string) bool { return set[wire.PartitionKey(wire.Partition(node, parts))] })
 	}
 	for _, n := range pr.Cache.OutOfSync() {
 		if node, tasks, ok := pr.nodeState(n); ok {
