@@ -21,8 +21,9 @@ import (
 // Scenario files for a job's quota lifecycle (testdata/lifecycle/*.txt),
 // one per case of the quota-lifecycle issue: the real scheduler over a real
 // cache and the coordinator's real Ledger (behind fakeQuota), a virtual
-// clock, and a small world the commands change. Run with -rewrite to
-// replace the expected output.
+// clock, and a small world the commands change. The files are datadriven
+// (github.com/cockroachdb/datadriven) directives: run with datadriven's
+// -rewrite flag to replace the expected output.
 //
 // Commands:
 //
@@ -59,6 +60,43 @@ func TestLifecycleScenarios(t *testing.T) {
 			return w.run(t, d)
 		})
 	})
+}
+
+// TestLifecycleCheckRunsAfterCommands shows the quota check at work in
+// the scenario driver: tasks bound behind the scheduler's back (as a
+// scheduler without the rule would) put the queue over its capability, and
+// the next command that changes the world prints the overrun, so an
+// expectation of "ok" fails; once a task finishes the check is ok again.
+func TestLifecycleCheckRunsAfterCommands(t *testing.T) {
+	w := newWorld(t)
+	run := func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) }
+	datadriven.RunTestFromString(t, `
+queue name=q cpu=2
+----
+ok
+
+node name=n1 cpu=8
+----
+ok
+
+job name=d queue=q min=1 tasks=3 cpu=1
+----
+ok
+`, run)
+	for _, uid := range w.jobs["d"].tasks {
+		if err := w.r.binder.Bind(context.Background(), w.tasks[uid], "n1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	datadriven.RunTestFromString(t, `
+tasks job=d n=1
+----
+OVERRUN queue q: cpu over capability by 1000
+
+finish job=d n=1
+----
+ok
+`, run)
 }
 
 // world is a scenario's state around one rig.

@@ -3,45 +3,47 @@ package shard
 // Golden scenario tests for Machine, plus a determinism test and a random
 // event property test.
 //
-// Each testdata/machine/*.txt file drives one Machine through a sequence of
-// blocks:
+// Each testdata/machine/*.txt file drives one Machine through datadriven
+// (github.com/cockroachdb/datadriven) directives:
 //
-//	<command> [args...]
+//	<command> [arg=value ...]
 //	----
 //	<expected output lines>
 //
-// separated by blank lines. Lines starting with # outside the output are
-// comments. Run with -rewrite to replace the expected output with the actual
+// separated by blank lines; lines starting with # are comments. Run with
+// datadriven's -rewrite flag to replace the expected output with the actual
 // output (review the diff before committing it).
 //
 // Commands (the machine is created at virtual time 0 with RetryAfter=1s and
 // LeaseMargin=3s):
 //
-//	lease until=<dur>       LeaseRenewed(start+dur)
-//	tick <dur>              advance the virtual clock by dur, then Tick
-//	desire [key...]         SetDesired (no keys: the empty set)
-//	acquired <key> epoch=N  Acquired
-//	refused <key>           AcquireRefused
-//	released <key>          Released
-//	release-failed <key>    ReleaseFailed
-//	lost <key>              Lost
-//	deleted <key>           RecordDeleted
-//	done <key>              Done
-//	use <key>               Use: prints "ok epoch=N" or "refused"
-//	holds <key>             Holds: prints true or false
-//	state                   the clock and lease, every key the machine knows
-//	                        (sorted) with its state, in-flight uses, epoch and
-//	                        retry time, then "held: ..." from Held()
+//	lease until=<dur>            LeaseRenewed(start+dur)
+//	tick by=<dur>                advance the virtual clock by dur, then Tick
+//	desire [keys=(<key>, ...)]   SetDesired (no keys: the empty set)
+//	acquired key=<key> epoch=N   Acquired
+//	refused key=<key>            AcquireRefused
+//	released key=<key>           Released
+//	release-failed key=<key>     ReleaseFailed
+//	lost key=<key>               Lost
+//	deleted key=<key>            RecordDeleted
+//	done key=<key>               Done
+//	use key=<key>                Use: prints "ok epoch=N" or "refused"
+//	holds key=<key>              Holds: prints true or false
+//	state                        the clock and lease, every key the machine knows
+//	                             (sorted) with its state, in-flight uses, epoch and
+//	                             retry time, then "held: ..." from Held()
 //
 // Every event command prints the actions it returned, one per line
 // ("acquire p/1", "release q/a"), or "(none)".
+//
+// After every command, machineInvariants checks the machine and the
+// actions the command returned; a broken invariant fails the test (it is
+// never written into the expected output, with -rewrite or without).
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -49,10 +51,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
+
 	"github.com/shardsched/shardsched/wire"
 )
-
-var machineRewrite = flag.Bool("rewrite", false, "rewrite testdata/machine/*.txt with the actual output")
 
 // scnStart is the virtual clock's origin; durations in scenarios are
 // relative to it.
@@ -61,205 +63,110 @@ var scnStart = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 var scnConfig = MachineConfig{RetryAfter: time.Second, LeaseMargin: 3 * time.Second}
 
 func TestMachineScenarios(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "machine", "*.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no scenario files in testdata/machine")
-	}
-	for _, path := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
-			runScenarioFile(t, path)
+	datadriven.Walk(t, "testdata/machine", func(t *testing.T, path string) {
+		e := newScnEnv()
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return e.run(t, d)
 		})
-	}
+	})
 }
 
-// scnBlock is one command of a scenario file and its expected output.
-type scnBlock struct {
-	pre  []string // comment and blank lines before the command, kept on rewrite
-	line int      // 1-based line number of the command
-	cmd  string
-	want []string
-}
-
-// parseScenario splits a scenario file into blocks; trailer is the comment
-// and blank lines after the last block.
-func parseScenario(path, data string) (blocks []scnBlock, trailer []string, err error) {
-	lines := strings.Split(data, "\n")
-	if n := len(lines); n > 0 && lines[n-1] == "" {
-		lines = lines[:n-1]
-	}
-	var pre []string
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimRight(lines[i], " \t\r")
-		if l == "" || strings.HasPrefix(strings.TrimSpace(l), "#") {
-			pre = append(pre, l)
-			continue
-		}
-		if l == "----" {
-			return nil, nil, fmt.Errorf("%s:%d: ---- without a command", path, i+1)
-		}
-		b := scnBlock{pre: pre, line: i + 1, cmd: strings.TrimSpace(l)}
-		pre = nil
-		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "----" {
-			return nil, nil, fmt.Errorf("%s:%d: command %q must be followed by a ---- line", path, i+1, b.cmd)
-		}
-		// The output runs to the next blank line (consumed here) or EOF.
-		for i += 2; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
-			b.want = append(b.want, strings.TrimRight(lines[i], " \t\r"))
-		}
-		blocks = append(blocks, b)
-	}
-	return blocks, pre, nil
-}
-
-// formatScenario is the inverse of parseScenario with out as the outputs.
-func formatScenario(blocks []scnBlock, outs [][]string, trailer []string) string {
-	var sb strings.Builder
-	for i, b := range blocks {
-		if i > 0 {
-			sb.WriteString("\n")
-		}
-		for _, p := range b.pre {
-			sb.WriteString(p + "\n")
-		}
-		sb.WriteString(b.cmd + "\n----\n")
-		for _, o := range outs[i] {
-			sb.WriteString(o + "\n")
-		}
-	}
-	if len(trailer) > 0 {
-		sb.WriteString("\n")
-		for _, p := range trailer {
-			sb.WriteString(p + "\n")
-		}
-	}
-	return sb.String()
-}
-
-func runScenarioFile(t *testing.T, path string) {
+// runScenarioText runs an inline scenario; used by the known-issue tests,
+// which state the behaviour the machine should have.
+func runScenarioText(t *testing.T, text string) {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks, trailer, err := parseScenario(path, string(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(blocks) == 0 {
-		t.Fatalf("%s: no commands", path)
-	}
-	env := newScnEnv()
-	outs := make([][]string, len(blocks))
-	for i, b := range blocks {
-		got, err := env.run(b.cmd)
-		if err != nil {
-			t.Fatalf("%s:%d: %s: %v", path, b.line, b.cmd, err)
-		}
-		outs[i] = got
-		if !*machineRewrite && !slices.Equal(got, b.want) {
-			t.Errorf("%s:%d: %s\nwant:\n  %s\ngot:\n  %s", path, b.line, b.cmd,
-				strings.Join(b.want, "\n  "), strings.Join(got, "\n  "))
-		}
-	}
-	if *machineRewrite {
-		if err := os.WriteFile(path, []byte(formatScenario(blocks, outs, trailer)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// runScenarioText runs an inline scenario and reports mismatches; used by
-// the known-issue tests, which state the behaviour the machine should have.
-func runScenarioText(t *testing.T, name, text string) {
-	t.Helper()
-	blocks, _, err := parseScenario(name, text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := newScnEnv()
-	for _, b := range blocks {
-		got, err := env.run(b.cmd)
-		if err != nil {
-			t.Fatalf("%s:%d: %s: %v", name, b.line, b.cmd, err)
-		}
-		if !slices.Equal(got, b.want) {
-			t.Errorf("%s:%d: %s\nwant:\n  %s\ngot:\n  %s", name, b.line, b.cmd,
-				strings.Join(b.want, "\n  "), strings.Join(got, "\n  "))
-		}
-	}
+	e := newScnEnv()
+	datadriven.RunTestFromString(t, text, func(t *testing.T, d *datadriven.TestData) string {
+		return e.run(t, d)
+	})
 }
 
 // scnEnv is the state of one scenario: the machine and the virtual clock.
 type scnEnv struct {
 	m   *Machine
 	now time.Duration // since scnStart
+	// check runs after every command: machineInvariants, but for the test
+	// that a broken invariant fails the scenario.
+	check func(m *Machine, acts []Action) error
 }
 
 func newScnEnv() *scnEnv {
-	return &scnEnv{m: NewMachine(scnConfig, scnStart)}
+	return &scnEnv{m: NewMachine(scnConfig, scnStart), check: machineInvariants}
 }
 
-func (e *scnEnv) run(cmdline string) ([]string, error) {
-	f := strings.Fields(cmdline)
-	cmd, args := f[0], f[1:]
-	var acts []Action
-	switch cmd {
+// run executes one directive and checks the invariants after it: a bad
+// directive or a broken invariant fails the test at the directive's line.
+func (e *scnEnv) run(t testing.TB, d *datadriven.TestData) string {
+	t.Helper()
+	out, acts, err := e.exec(d)
+	if err != nil {
+		d.Fatalf(t, "%s: %v", d.FullCmd(), err)
+	}
+	if err := e.check(e.m, acts); err != nil {
+		d.Fatalf(t, "%s: invariant broken: %v", d.FullCmd(), err)
+	}
+	return strings.Join(out, "\n")
+}
+
+// exec runs one directive; acts are the actions an event returned (nil
+// for the other commands).
+func (e *scnEnv) exec(d *datadriven.TestData) (out []string, acts []Action, err error) {
+	switch d.Cmd {
 	case "lease":
-		kv, err := scnKV(args, "until")
+		v, err := scnArgs(d, "until")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		d, err := time.ParseDuration(kv["until"])
+		until, err := time.ParseDuration(v["until"])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		acts = e.m.LeaseRenewed(scnStart.Add(d))
+		acts = e.m.LeaseRenewed(scnStart.Add(until))
 	case "tick":
-		if len(args) != 1 {
-			return nil, fmt.Errorf("usage: tick <duration>")
-		}
-		d, err := time.ParseDuration(args[0])
+		v, err := scnArgs(d, "by")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if d < 0 {
-			return nil, fmt.Errorf("tick: negative duration %v", d)
+		by, err := time.ParseDuration(v["by"])
+		if err != nil {
+			return nil, nil, err
 		}
-		e.now += d
+		if by < 0 {
+			return nil, nil, fmt.Errorf("negative duration %v", by)
+		}
+		e.now += by
 		acts = e.m.Tick(scnStart.Add(e.now))
 	case "desire":
-		for _, k := range args {
+		var keys []string
+		for _, a := range d.CmdArgs {
+			if a.Key != "keys" {
+				return nil, nil, fmt.Errorf("unexpected argument %q (want keys=)", a.Key)
+			}
+			keys = append(keys, a.Vals...)
+		}
+		for _, k := range keys {
 			if !scnValidKey(k) {
-				return nil, fmt.Errorf("bad key %q", k)
+				return nil, nil, fmt.Errorf("bad key %q", k)
 			}
 		}
-		acts = e.m.SetDesired(args)
+		acts = e.m.SetDesired(keys)
 	case "acquired":
-		if len(args) != 2 {
-			return nil, fmt.Errorf("usage: acquired <key> epoch=<n>")
-		}
-		key, err := scnKey(args[:1])
+		v, err := scnArgs(d, "key", "epoch")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		kv, err := scnKV(args[1:], "epoch")
+		epoch, err := strconv.ParseInt(v["epoch"], 10, 64)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		epoch, err := strconv.ParseInt(kv["epoch"], 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		acts = e.m.Acquired(key, epoch)
+		acts = e.m.Acquired(v["key"], epoch)
 	case "refused", "released", "release-failed", "lost", "deleted", "done", "use", "holds":
-		key, err := scnKey(args)
+		v, err := scnArgs(d, "key")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		switch cmd {
+		key := v["key"]
+		switch d.Cmd {
 		case "refused":
 			acts = e.m.AcquireRefused(key)
 		case "released":
@@ -274,28 +181,22 @@ func (e *scnEnv) run(cmdline string) ([]string, error) {
 			acts = e.m.Done(key)
 		case "use":
 			epoch, ok := e.m.Use(key)
-			if err := machineInvariants(e.m, nil); err != nil {
-				return nil, err
-			}
 			if !ok {
-				return []string{"refused"}, nil
+				return []string{"refused"}, nil, nil
 			}
-			return []string{fmt.Sprintf("ok epoch=%d", epoch)}, nil
+			return []string{fmt.Sprintf("ok epoch=%d", epoch)}, nil, nil
 		case "holds":
-			return []string{strconv.FormatBool(e.m.Holds(key))}, nil
+			return []string{strconv.FormatBool(e.m.Holds(key))}, nil, nil
 		}
 	case "state":
-		if len(args) != 0 {
-			return nil, fmt.Errorf("usage: state")
+		if _, err := scnArgs(d); err != nil {
+			return nil, nil, err
 		}
-		return e.state(), nil
+		return e.state(), nil, nil
 	default:
-		return nil, fmt.Errorf("unknown command %q", cmd)
+		return nil, nil, fmt.Errorf("unknown command %q", d.Cmd)
 	}
-	if err := machineInvariants(e.m, acts); err != nil {
-		return nil, err
-	}
-	return formatActions(acts), nil
+	return formatActions(acts), acts, nil
 }
 
 func (e *scnEnv) state() []string {
@@ -354,32 +255,31 @@ func scnValidKey(k string) bool {
 	return false
 }
 
-func scnKey(args []string) (string, error) {
-	if len(args) != 1 {
-		return "", fmt.Errorf("want exactly one key, got %q", args)
-	}
-	if !scnValidKey(args[0]) {
-		return "", fmt.Errorf("bad key %q", args[0])
-	}
-	return args[0], nil
-}
-
-// scnKV parses key=value arguments, requiring exactly the given names.
-func scnKV(args []string, names ...string) (map[string]string, error) {
-	kv := map[string]string{}
-	for _, a := range args {
-		k, v, ok := strings.Cut(a, "=")
-		if !ok || !slices.Contains(names, k) {
-			return nil, fmt.Errorf("unexpected argument %q (want %v)", a, names)
+// scnArgs reads single-valued arguments, requiring exactly the given
+// names; a key= argument must be a ring key.
+func scnArgs(d *datadriven.TestData, names ...string) (map[string]string, error) {
+	v := map[string]string{}
+	for _, a := range d.CmdArgs {
+		if !slices.Contains(names, a.Key) {
+			return nil, fmt.Errorf("unexpected argument %q (want %v)", a.Key, names)
 		}
-		kv[k] = v
+		if _, dup := v[a.Key]; dup {
+			return nil, fmt.Errorf("%s= given twice", a.Key)
+		}
+		if len(a.Vals) != 1 {
+			return nil, fmt.Errorf("%s= wants one value, got %q", a.Key, a.Vals)
+		}
+		v[a.Key] = a.Vals[0]
 	}
 	for _, n := range names {
-		if _, ok := kv[n]; !ok {
+		if _, ok := v[n]; !ok {
 			return nil, fmt.Errorf("missing %s=", n)
 		}
 	}
-	return kv, nil
+	if k, ok := v["key"]; ok && !scnValidKey(k) {
+		return nil, fmt.Errorf("bad key %q", k)
+	}
+	return v, nil
 }
 
 // machineInvariants checks what must hold after every event: the actions
@@ -733,16 +633,16 @@ func TestMachineRegressions(t *testing.T) {
 		// Releasing. So a key wanted again after a failed release must not
 		// become usable on the strength of the old record: the release is
 		// retried, and the key is acquired afresh once it is confirmed.
-		runScenarioText(t, "release-failed-does-not-resurrect", `
+		runScenarioText(t, `
 lease until=30s
 ----
 (none)
 
-desire q/a
+desire keys=q/a
 ----
 acquire q/a
 
-acquired q/a epoch=5
+acquired key=q/a epoch=5
 ----
 (none)
 
@@ -750,19 +650,19 @@ desire
 ----
 release q/a
 
-desire q/a
+desire keys=q/a
 ----
 (none)
 
-release-failed q/a
+release-failed key=q/a
 ----
 release q/a
 
-use q/a
+use key=q/a
 ----
 refused
 
-released q/a
+released key=q/a
 ----
 acquire q/a
 `)
@@ -773,16 +673,16 @@ acquire q/a
 		// in flight; the old release deletes by lease, so it may delete the
 		// new record), and that release's late Released is then ignored
 		// while the key is Held.
-		runScenarioText(t, "lost-while-releasing", `
+		runScenarioText(t, `
 lease until=30s
 ----
 (none)
 
-desire q/a
+desire keys=q/a
 ----
 acquire q/a
 
-acquired q/a epoch=5
+acquired key=q/a epoch=5
 ----
 (none)
 
@@ -790,15 +690,15 @@ desire
 ----
 release q/a
 
-desire q/a
+desire keys=q/a
 ----
 (none)
 
-lost q/a
+lost key=q/a
 ----
 (none)
 
-released q/a
+released key=q/a
 ----
 acquire q/a
 `)
@@ -817,20 +717,20 @@ acquire q/a
 		// them usable again before, or without (the watch is reopened
 		// "from now on"), the Lost events. Keys whose lease may have
 		// expired should be released and acquired afresh.
-		runScenarioText(t, "held-across-possible-lease-expiry", `
+		runScenarioText(t, `
 lease until=10s
 ----
 (none)
 
-desire p/1
+desire keys=p/1
 ----
 acquire p/1
 
-acquired p/1 epoch=3
+acquired key=p/1 epoch=3
 ----
 (none)
 
-tick 10s
+tick by=10s
 ----
 release p/1
 
@@ -838,11 +738,11 @@ lease until=40s
 ----
 (none)
 
-use p/1
+use key=p/1
 ----
 refused
 
-released p/1
+released key=p/1
 ----
 acquire p/1
 `)
@@ -856,30 +756,122 @@ acquire p/1
 		// this from a late delete of an older record of ours; the safe
 		// answer is to release (a no-op if the record is gone) and acquire
 		// afresh, never to use the key.
-		runScenarioText(t, "lost-while-acquiring", `
+		runScenarioText(t, `
 lease until=30s
 ----
 (none)
 
-desire q/a
+desire keys=q/a
 ----
 acquire q/a
 
-lost q/a
+lost key=q/a
 ----
 (none)
 
-acquired q/a epoch=5
+acquired key=q/a epoch=5
 ----
 release q/a
 
-use q/a
+use key=q/a
 ----
 refused
 
-released q/a
+released key=q/a
 ----
 acquire q/a
 `)
 	})
+}
+
+// TestMachineInvariantsReportBrokenRules feeds machineInvariants what a
+// broken machine would return, so the check the scenarios rely on is known
+// to catch it.
+func TestMachineInvariantsReportBrokenRules(t *testing.T) {
+	m := NewMachine(scnConfig, scnStart)
+	m.LeaseRenewed(scnStart.Add(30 * time.Second))
+	acts := m.SetDesired([]string{"p/1", "p/2"})
+	if err := machineInvariants(m, acts); err != nil {
+		t.Fatalf("a correct machine's actions %v: %v", acts, err)
+	}
+	m.Acquired("p/1", 7)
+	for _, c := range []struct {
+		name string
+		acts []Action
+		want string
+	}{
+		{"unsorted", []Action{{Kind: Acquire, Key: "p/2"}, {Kind: Acquire, Key: "p/1"}}, "not sorted"},
+		{"two for one key", []Action{{Kind: Acquire, Key: "p/2"}, {Kind: Acquire, Key: "p/2"}}, "two actions for one key"},
+		{"acquire of a held key", []Action{{Kind: Acquire, Key: "p/1"}}, "acquire p/1 issued but the key is"},
+		{"release of a held key", []Action{{Kind: Release, Key: "p/1"}}, "release p/1 issued but the key is"},
+	} {
+		err := machineInvariants(m, c.acts)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: machineInvariants(%v) = %v, want an error with %q", c.name, c.acts, err, c.want)
+		}
+	}
+}
+
+// TestMachineScenarioFailsOnBrokenInvariant runs a scenario, through the
+// driver the scenario files use, against a machine whose actions come out
+// twice (the check sees each action doubled): the run must fail at the
+// first command that returns an action, not record the doubled output.
+func TestMachineScenarioFailsOnBrokenInvariant(t *testing.T) {
+	e := newScnEnv()
+	e.check = func(m *Machine, acts []Action) error {
+		var doubled []Action
+		for _, a := range acts {
+			doubled = append(doubled, a, a)
+		}
+		return machineInvariants(m, doubled)
+	}
+	ft := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		datadriven.RunTestFromStringAny(ft, `
+lease until=30s
+----
+(none)
+
+desire keys=q/a
+----
+acquire q/a
+
+state
+----
+now=0s lease-until=30s usable=true
+q/a acquiring inflight=0
+held: (none)
+`, e.run)
+	}()
+	<-done
+	if !ft.failed {
+		t.Fatal("the scenario passed although the invariant check failed")
+	}
+	if want := "<string>:6: desire keys=q/a: invariant broken: actions not sorted by key or two actions for one key"; !strings.Contains(ft.msg, want) {
+		t.Fatalf("failure %q, want it to contain %q", ft.msg, want)
+	}
+}
+
+// fatalTB records a fatal failure instead of failing the real test, and
+// ends the goroutine the way testing.T.FailNow does.
+type fatalTB struct {
+	testing.TB
+	failed bool
+	msg    string
+}
+
+func (f *fatalTB) Helper()                   {}
+func (f *fatalTB) Logf(string, ...any)       {}
+func (f *fatalTB) Failed() bool              { return f.failed }
+func (f *fatalTB) Fatal(args ...any)         { f.fail(fmt.Sprint(args...)) }
+func (f *fatalTB) Fatalf(s string, a ...any) { f.fail(fmt.Sprintf(s, a...)) }
+func (f *fatalTB) FailNow()                  { f.fail("FailNow") }
+
+func (f *fatalTB) fail(msg string) {
+	if !f.failed {
+		f.failed, f.msg = true, msg
+	}
+	runtime.Goexit()
 }
