@@ -67,10 +67,9 @@ type claimEntry struct {
 }
 
 // NewClaims returns the claim store of s (same etcd client and prefix).
-// Run must follow; until it has loaded the records, Synced is false and
-// OwnerMayPlace refuses.
+// Run must follow; until it has loaded the records, OwnerMayPlace refuses.
 func NewClaims(s *Shard) *Claims {
-	return &Claims{sh: s, cli: s.cli, prefix: s.cfg.EtcdPrefix + "/claims/", log: s.log, entries: map[string]*claimEntry{}}
+	return &Claims{sh: s, cli: s.cli, prefix: s.claimPrefix(), log: s.log, entries: map[string]*claimEntry{}}
 }
 
 func (c *Claims) key(uid string) string { return c.prefix + uid }
@@ -263,13 +262,6 @@ func (c *Claims) resolveUnknown(ctx context.Context) {
 	}
 }
 
-// Synced reports whether the records have been loaded.
-func (c *Claims) Synced() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rev > 0
-}
-
 // presentLocked reports whether e stands for a record that exists (or may).
 func presentLocked(e *claimEntry, now time.Time) bool {
 	return e != nil && (!e.gone || e.unknown || now.Before(e.holdUntil))
@@ -346,7 +338,7 @@ func (c *Claims) Holds(uid string) bool {
 func (c *Claims) holdsLocked(uid string, lease clientv3.LeaseID) bool {
 	e := c.entries[uid]
 	return e != nil && !e.gone && !e.unknown && !e.dropping && e.c.State == Claimed &&
-		e.c.To == c.sh.cfg.Name && e.c.Lease == int64(lease)
+		e.c.To == c.sh.Name() && e.c.Lease == int64(lease)
 }
 
 // Use starts one bind under the job's claim; it fails unless Holds. Every
@@ -381,7 +373,7 @@ func (c *Claims) Done(uid string) {
 // other error leaves the outcome unknown (the record then counts as
 // present until resolved).
 func (c *Claims) Offer(ctx context.Context, uid, queue, to string) (Claim, error) {
-	if uid == "" || strings.Contains(uid, "/") || to == "" || to == c.sh.cfg.Name {
+	if uid == "" || strings.Contains(uid, "/") || to == "" || to == c.sh.Name() {
 		return Claim{}, fmt.Errorf("offer of job %q to shard %q: bad arguments", uid, to)
 	}
 	lease, _ := c.sh.leaseState()
@@ -391,7 +383,7 @@ func (c *Claims) Offer(ctx context.Context, uid, queue, to string) (Claim, error
 		return Claim{}, ErrClaimExists
 	}
 	c.mu.Unlock()
-	v := Claim{Job: uid, Queue: queue, From: c.sh.cfg.Name, To: to, State: Offered, At: time.Now().UTC()}
+	v := Claim{Job: uid, Queue: queue, From: c.sh.Name(), To: to, State: Offered, At: time.Now().UTC()}
 	val, _ := json.Marshal(v)
 	own, key := c.sh.ownPrefix()+wire.QueueKey(queue), c.key(uid)
 	resp, err := c.cli.Txn(ctx).
@@ -447,7 +439,7 @@ func (c *Claims) Claim(ctx context.Context, uid string, rev int64) (Claim, error
 		c.mu.Unlock()
 		return Claim{}, ErrClaimChanged
 	}
-	if e.c.State != Offered || e.c.To != c.sh.cfg.Name {
+	if e.c.State != Offered || e.c.To != c.sh.Name() {
 		c.mu.Unlock()
 		return Claim{}, ErrNotAddressed
 	}
@@ -533,24 +525,4 @@ func (c *Claims) Delete(ctx context.Context, uid string) error {
 	}
 	c.setGoneLocked(e, max(e.rev, resp.Header.Revision))
 	return nil
-}
-
-// heldEpoch returns the create revision of this shard's ownership record
-// of key, if the key is usable now.
-func (s *Shard) heldEpoch(key string) (int64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k, ok := s.m.keys[key]
-	if !ok || k.state != Held || !s.m.leaseFresh() {
-		return 0, false
-	}
-	return k.epoch, true
-}
-
-// leaseState returns the current session lease and whether keys may be
-// used under it now.
-func (s *Shard) leaseState() (clientv3.LeaseID, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.session.Lease(), s.m.leaseFresh()
 }

@@ -29,8 +29,16 @@ func (tc *testCluster) runClaims(r *running) *Claims {
 		cancel()
 		<-done
 	})
-	testenv.Eventually(tc.t, 5*time.Second, c.Synced, "the claim store is loaded")
+	testenv.Eventually(tc.t, 5*time.Second, func() bool { return viewRev(c) > 0 }, "the claim store is loaded")
 	return c
+}
+
+// viewRev is the revision up to which c reflects every claim event (0:
+// the records are not loaded yet).
+func viewRev(c *Claims) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rev
 }
 
 // queueHeldBy returns a queue of the cluster that r holds.
@@ -400,10 +408,8 @@ func TestOwnerMayPlaceAfterViewCatchesUp(t *testing.T) {
 		<-claimsDone
 		<-shardDone
 	}()
-	testenv.Eventually(t, 5*time.Second, c.Synced, "the claim store is loaded")
-	c.mu.Lock()
-	loaded := c.rev
-	c.mu.Unlock()
+	testenv.Eventually(t, 5*time.Second, func() bool { return viewRev(c) > 0 }, "the claim store is loaded")
+	loaded := viewRev(c)
 	s.SetQueues(tc.queues)
 	go func() {
 		defer close(shardDone)
@@ -416,9 +422,7 @@ func TestOwnerMayPlaceAfterViewCatchesUp(t *testing.T) {
 		t.Fatalf("queue acquired at revision %d, not after the load at %d: the test proves nothing", epoch, loaded)
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool { return c.OwnerMayPlace("job", q) }, "the owner may place the queue's jobs")
-	c.mu.Lock()
-	caught := c.rev
-	c.mu.Unlock()
+	caught := viewRev(c)
 	if caught < epoch {
 		t.Fatalf("owner may place with a view at revision %d, before its acquisition at %d", caught, epoch)
 	}

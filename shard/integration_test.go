@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardsched/shardsched/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -46,12 +47,10 @@ func TestCrashSurvivorsTakeOver(t *testing.T) {
 	victim := "shard-2"
 	lost := len(tc.running()[victim].s.Owned())
 	mon := tc.monitor()
-	crashAt := time.Now()
 	tc.crash(victim)
 	took := tc.waitConverged(15 * time.Second)
 	t.Logf("crash of %s (%d keys): survivors hold all keys after %s (session TTL %d s, gossip probe 200 ms)",
 		victim, lost, took.Round(time.Millisecond), testTTL)
-	_ = crashAt
 	mon.finish(t)
 }
 
@@ -63,7 +62,6 @@ func TestJoinMovesAboutOneNth(t *testing.T) {
 	tc.waitConverged(5 * time.Second)
 	before := tc.holders()
 	mon := tc.monitor()
-	joinAt := time.Now()
 	tc.start("shard-3", first.s.GossipAddr())
 	took := tc.waitConverged(10 * time.Second)
 	after := tc.holders()
@@ -80,7 +78,6 @@ func TestJoinMovesAboutOneNth(t *testing.T) {
 	ideal := float64(n) / 4
 	t.Logf("join: %d of %d keys moved (ideal %.1f, ratio %.2f), converged %s after join",
 		moved, n, ideal, float64(moved)/ideal, took.Round(time.Millisecond))
-	_ = joinAt
 	if r := float64(moved) / ideal; r < 0.5 || r > 1.5 {
 		t.Errorf("moved/ideal = %.2f, want about 1", r)
 	}
@@ -97,12 +94,36 @@ func TestGossipIsolationNeverDoubleHolds(t *testing.T) {
 	isoKeys := iso.s.Owned()
 	iso.tr.blocked.Store(true)
 	// Long enough for every side to declare the other dead and try to take
-	// its keys: the records fence them.
-	time.Sleep(3 * time.Second)
-	// The isolated shard still has its etcd session, so it keeps its keys;
-	// the others could not take them.
-	if got := iso.s.Owned(); len(got) < len(isoKeys) {
-		t.Logf("isolated shard holds %d of its %d keys", len(got), len(isoKeys))
+	// its keys: the records fence them. The isolated shard still has its
+	// etcd session, so it keeps its keys; the others could not take them.
+	// Watched for the whole window (at least 3 s, and until each side has
+	// seen the other leave), failing at the first sample where one of those
+	// keys is held by anyone but the isolated shard, or not by it.
+	blockedAt := time.Now()
+	split := func() bool {
+		for name, r := range tc.running() {
+			want := 2 // shard-0 and shard-1 see each other
+			if name == iso.s.Name() {
+				want = 1
+			}
+			if len(r.s.Members()) != want {
+				return false
+			}
+		}
+		return true
+	}
+	for time.Since(blockedAt) < 3*time.Second || !split() {
+		if time.Since(blockedAt) > 15*time.Second {
+			t.Fatalf("the sides of the gossip partition have not seen each other leave after 15s")
+		}
+		h := tc.holders()
+		for _, k := range isoKeys {
+			if len(h[k]) != 1 || h[k][0] != iso.s.Name() {
+				t.Fatalf("%s into the gossip partition: %s held by %v, want the isolated %s alone (its records fence the others out)",
+					time.Since(blockedAt).Round(time.Millisecond), k, h[k], iso.s.Name())
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	// A record the isolated shard loses (here: replaced by an operator with
 	// another holder's record in one Txn) is no longer used by it, and it
@@ -115,15 +136,17 @@ func TestGossipIsolationNeverDoubleHolds(t *testing.T) {
 	if _, err := cli.Put(context.Background(), recKey, `{"shard":"operator","lease":0}`); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for iso.s.Holds(victim) {
-		if time.Now().After(deadline) {
-			t.Fatalf("isolated shard still uses %s after its record was taken", victim)
+	testenv.Eventually(t, 2*time.Second, func() bool { return !iso.s.Holds(victim) },
+		"the isolated shard stops using %s, whose record was taken", victim)
+	// It keeps wanting the key and retrying (RetryAfter 200 ms): watched for
+	// a second, failing at the first use or hold.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if iso.s.Use(victim) {
+			t.Fatalf("isolated shard started a use of %s, whose record another holder has", victim)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if iso.s.Use(victim) {
-		t.Fatalf("isolated shard started a use of %s, whose record another holder has", victim)
+		if iso.s.Holds(victim) {
+			t.Fatalf("isolated shard took %s back while another holder's record exists", victim)
+		}
 	}
 	// Hand the key back to the shards.
 	if _, err := cli.Delete(context.Background(), recKey); err != nil {
@@ -152,13 +175,22 @@ func TestHandoffWaitsForInflightUse(t *testing.T) {
 		t.Fatalf("shard-0 cannot use %s", key)
 	}
 	tc.start("shard-1", first.s.GossipAddr())
-	// While the use is in flight the key must not move.
-	time.Sleep(1500 * time.Millisecond)
-	if first.s.Use(key) {
-		t.Fatalf("a new use of %s started while it is being handed off", key)
-	}
-	if h := tc.holders()[key]; len(h) != 0 {
-		t.Fatalf("%s held by %v while shard-0 still has a use in flight (draining)", key, h)
+	// The handoff starts once shard-0's ring gives the key to shard-1 (the
+	// same step sets the key draining).
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		o, _ := first.s.Ring().Owner(key)
+		return o == "shard-1"
+	}, "shard-0 sees shard-1 win %s", key)
+	// While the use is in flight the key must not move: watched for the
+	// whole window (shard-1 retries its acquire every 200 ms meanwhile),
+	// failing at the first new use or holder.
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if first.s.Use(key) {
+			t.Fatalf("a new use of %s started while it is being handed off", key)
+		}
+		if h := tc.holders()[key]; len(h) != 0 {
+			t.Fatalf("%s held by %v while shard-0 still has a use in flight (draining)", key, h)
+		}
 	}
 	first.s.Done(key)
 	tc.waitConverged(5 * time.Second)

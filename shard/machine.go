@@ -255,6 +255,22 @@ func (m *Machine) Holds(key string) bool {
 	return ok && k.state == Held && m.leaseFresh()
 }
 
+// Epoch returns the create revision of our record for key (the epoch Use
+// returns) if the key is usable now, as Holds reports; it starts no use.
+// Like every method of Machine it is for the machine's one owner (Shard
+// calls it under Shard.mu).
+func (m *Machine) Epoch(key string) (int64, bool) {
+	k, ok := m.keys[key]
+	if !ok || k.state != Held || !m.leaseFresh() {
+		return 0, false
+	}
+	return k.epoch, true
+}
+
+// LeaseFresh reports whether keys may be used now: the lease is known
+// alive beyond the margin. For the machine's one owner, as Epoch.
+func (m *Machine) LeaseFresh() bool { return m.leaseFresh() }
+
 // State returns the state of key and its in-flight uses.
 func (m *Machine) State(key string) (KeyState, int) {
 	k, ok := m.keys[key]
