@@ -116,15 +116,30 @@ func TestGossipIsolationNeverDoubleHolds(t *testing.T) {
 		if time.Since(blockedAt) > 15*time.Second {
 			t.Fatalf("the sides of the gossip partition have not seen each other leave after 15s")
 		}
+		// No other shard may hold one of its keys at any sample. The
+		// isolated shard itself may stop using a key for a moment (a
+		// keepalive late on a loaded machine makes it step back before its
+		// lease could expire): that is safe, and checked below to end.
 		h := tc.holders()
 		for _, k := range isoKeys {
-			if len(h[k]) != 1 || h[k][0] != iso.s.Name() {
-				t.Fatalf("%s into the gossip partition: %s held by %v, want the isolated %s alone (its records fence the others out)",
-					time.Since(blockedAt).Round(time.Millisecond), k, h[k], iso.s.Name())
+			for _, who := range h[k] {
+				if who != iso.s.Name() {
+					t.Fatalf("%s into the gossip partition: %s held by %v, want the isolated %s alone (its records fence the others out)",
+						time.Since(blockedAt).Round(time.Millisecond), k, h[k], iso.s.Name())
+				}
 			}
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		h := tc.holders()
+		for _, k := range isoKeys {
+			if len(h[k]) != 1 || h[k][0] != iso.s.Name() {
+				return false
+			}
+		}
+		return true
+	}, "the isolated %s holds all its keys alone (its records fence the others out)", iso.s.Name())
 	// A record the isolated shard loses (here: replaced by an operator with
 	// another holder's record in one Txn) is no longer used by it, and it
 	// cannot take the key back while that record exists.
