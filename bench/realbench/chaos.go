@@ -69,8 +69,8 @@ import (
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/bench/report"
-	"github.com/shardsched/shardsched/bench/sim"
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/cluster"
 	"github.com/shardsched/shardsched/internal/kube"
@@ -494,7 +494,7 @@ func runChaos(ctx context.Context, o options, env *benchEnv, bin string, index i
 	for _, s := range c.shards {
 		s.cpu0 = s.proc.cpu()
 	}
-	harness0 := sim.ProcessCPU()
+	harness0 := procstat.CPU()
 	c.start = time.Now()
 	var bg sync.WaitGroup
 	defer func() { cancel(); bg.Wait() }()
@@ -549,7 +549,7 @@ func runChaos(ctx context.Context, o options, env *benchEnv, bin string, index i
 	for _, s := range c.shards {
 		end.cpu += s.proc.cpu() - s.cpu0
 	}
-	end.harness = sim.ProcessCPU() - harness0
+	end.harness = procstat.CPU() - harness0
 	booked, err := doubleBookedNodes(ctx, env.cs)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("check nodes: %w", err)

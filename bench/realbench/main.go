@@ -82,7 +82,7 @@ import (
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/shardsched/shardsched/bench/report"
-	"github.com/shardsched/shardsched/bench/sim"
+	"github.com/shardsched/shardsched/bench/workload"
 	"github.com/shardsched/shardsched/deploy"
 	"github.com/shardsched/shardsched/internal/cluster"
 )
@@ -230,7 +230,7 @@ func (o *options) loadWorkload(path, tier string, seed uint64) error {
 	case slices.Contains(o.modes, modeChaos):
 		return errors.New("-workload: not with -modes chaos, whose pods are its own")
 	}
-	w, err := sim.LoadWorkload(path)
+	w, err := workload.Load(path)
 	if err != nil {
 		return fmt.Errorf("-workload: %w", err)
 	}
@@ -365,7 +365,7 @@ func (o options) workloadNote() string {
 }
 
 // createQueues creates the workload's Volcano Queues, parents first (the
-// order of sim.QueueSpecs).
+// order of workload.QueueSpecs).
 func createQueues(ctx context.Context, rc *rest.Config, queues []*schedv1beta1.Queue) error {
 	vc, err := volcano.NewForConfig(rc)
 	if err != nil {

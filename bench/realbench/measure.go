@@ -18,7 +18,7 @@ import (
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
-	"github.com/shardsched/shardsched/bench/sim"
+	"github.com/shardsched/shardsched/bench/procstat"
 )
 
 // result is what one run measured.
@@ -139,7 +139,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if inst, err = sys.impl.start(rctx, env, run); err != nil {
 			return result{}, err
 		}
-		cpu0, harness0, start = inst.cpu(), sim.ProcessCPU(), time.Now()
+		cpu0, harness0, start = inst.cpu(), procstat.CPU(), time.Now()
 		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
 		if err != nil {
 			return result{}, err
@@ -155,7 +155,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if err := waitFor(rctx, time.Minute, func() (bool, error) { seen, _ := w.counts(); return seen >= o.pods, nil }); err != nil {
 			return result{}, fmt.Errorf("watch did not see every created pod: %w", err)
 		}
-		harness0, start = sim.ProcessCPU(), time.Now()
+		harness0, start = procstat.CPU(), time.Now()
 		if inst, err = sys.impl.start(rctx, env, run); err != nil {
 			return result{}, err
 		}
@@ -173,7 +173,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	r.wall = time.Since(start)
 	r.cpu, r.inProcess = inst.cpu()-cpu0, inst.inProcess
 	if !inst.inProcess {
-		r.harnessCPU = sim.ProcessCPU() - harness0
+		r.harnessCPU = procstat.CPU() - harness0
 	}
 	stop()
 

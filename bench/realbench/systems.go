@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/bench/sim"
+	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/daemon"
 	"github.com/shardsched/shardsched/internal/kube"
@@ -116,7 +116,7 @@ func processPeakRSSKiB() int64 {
 // inProcess starts body in a goroutine of this process and returns its
 // instance; stopping cancels body's context and waits for it.
 func inProcess(ctx context.Context, body func(ctx context.Context, wg *sync.WaitGroup)) (*instance, context.CancelFunc) {
-	cpu0 := sim.ProcessCPU()
+	cpu0 := procstat.CPU()
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	body(sctx, &wg)
@@ -127,7 +127,7 @@ func inProcess(ctx context.Context, body func(ctx context.Context, wg *sync.Wait
 	}
 	return &instance{
 		inProcess: true,
-		cpu:       func() time.Duration { return sim.ProcessCPU() - cpu0 },
+		cpu:       func() time.Duration { return procstat.CPU() - cpu0 },
 		check:     func() error { return nil },
 		stop:      stop,
 	}, func() { stop() }

@@ -19,7 +19,7 @@ import (
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/bench/sim"
+	"github.com/shardsched/shardsched/bench/workload"
 	"github.com/shardsched/shardsched/internal/cluster"
 	"github.com/shardsched/shardsched/internal/kube"
 )
@@ -96,11 +96,11 @@ func (s nodeShape) String() string {
 // run creates the same jobs. It is not modified once built.
 type benchWorkload struct {
 	path     string
-	w        *sim.Workload
+	w        *workload.Workload
 	tierName string
-	tier     sim.Tier
+	tier     workload.Tier
 	seed     uint64
-	jobs     []sim.JobSpec
+	jobs     []workload.JobSpec
 	queues   []api.QueueSpec // for the real cluster's node count
 }
 
@@ -111,7 +111,7 @@ func (b *benchWorkload) label() string { return b.w.Name + "/" + b.tierName }
 // with seed) until they hold pods pods, and the workload's queue tree for a
 // cluster of nodes nodes; it fails, naming the flags, if those pods do not
 // fit the cluster (see checkFits).
-func newBenchWorkload(path string, w *sim.Workload, tierName string, seed uint64, pods, nodes int) (*benchWorkload, error) {
+func newBenchWorkload(path string, w *workload.Workload, tierName string, seed uint64, pods, nodes int) (*benchWorkload, error) {
 	tier, err := w.Tier(tierName)
 	if err != nil {
 		return nil, fmt.Errorf("-tier: %w", err)
@@ -120,13 +120,13 @@ func newBenchWorkload(path string, w *sim.Workload, tierName string, seed uint64
 	if w.Burst {
 		gt.Pods = pods // a burst generator stops after the tier's pods
 	}
-	jobs, err := takeJobs(sim.NewGenerator(w, gt, seed), pods)
+	jobs, err := takeJobs(workload.NewGenerator(w, gt, seed), pods)
 	if err != nil {
 		return nil, fmt.Errorf("-workload %s: %w", path, err)
 	}
 	qt := tier
 	qt.Nodes = nodes // capabilities and shares of the real cluster, not the tier's
-	b := &benchWorkload{path: path, w: w, tierName: tierName, tier: tier, seed: seed, jobs: jobs, queues: sim.QueueSpecs(w, qt)}
+	b := &benchWorkload{path: path, w: w, tierName: tierName, tier: tier, seed: seed, jobs: jobs, queues: workload.QueueSpecs(w, qt)}
 	if err := checkFits(jobs, b.shape(), nodes, b.queues); err != nil {
 		return nil, err
 	}
@@ -141,8 +141,8 @@ func (b *benchWorkload) shape() nodeShape {
 
 // takeJobs takes g's jobs in order until they hold pods pods; the last one
 // is cut to fit, as the generator cuts a burst's last job.
-func takeJobs(g *sim.Generator, pods int) ([]sim.JobSpec, error) {
-	var out []sim.JobSpec
+func takeJobs(g *workload.Generator, pods int) ([]workload.JobSpec, error) {
+	var out []workload.JobSpec
 	n := 0
 	for n < pods {
 		j, ok := g.Next(time.Duration(math.MaxInt64))
@@ -157,7 +157,7 @@ func takeJobs(g *sim.Generator, pods int) ([]sim.JobSpec, error) {
 }
 
 // jobRequest is what one pod of j requests, as the scheduler counts it.
-func jobRequest(j sim.JobSpec) api.Resource {
+func jobRequest(j workload.JobSpec) api.Resource {
 	scal := map[string]int64{api.Pods: 1}
 	if j.GPU > 0 {
 		scal[string(gpuResource)] = j.GPU
@@ -171,7 +171,7 @@ func jobRequest(j sim.JobSpec) api.Resource {
 // at most maxFillPercent % of the cluster's CPU, memory and GPUs, no more
 // pods than the nodes accept, and no more CPU below a queue than its
 // capability (shardsched would leave the rest pending for the whole run).
-func checkFits(jobs []sim.JobSpec, s nodeShape, nodes int, queues []api.QueueSpec) error {
+func checkFits(jobs []workload.JobSpec, s nodeShape, nodes int, queues []api.QueueSpec) error {
 	total := api.Resource{}
 	byQueue := map[string]api.Resource{}
 	pods := 0
@@ -308,7 +308,7 @@ func uniformPlan(pods, groups int, run runSpec) podPlan {
 // jobsPlan is the run of a workload: each job a PodGroup named job-<seq>
 // (minMember = its size, in its leaf queue) and a unit of size pods
 // requesting the job's CPU, memory and GPUs.
-func jobsPlan(jobs []sim.JobSpec, run runSpec) (podPlan, error) {
+func jobsPlan(jobs []workload.JobSpec, run runSpec) (podPlan, error) {
 	var p podPlan
 	for _, j := range jobs {
 		if j.Size < 1 || j.Size > math.MaxInt32 {

@@ -9,13 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/bench/sim"
+	"github.com/shardsched/shardsched/bench/workload"
 	"github.com/shardsched/shardsched/internal/kube"
 )
 
-func loadTestWorkload(t *testing.T, name string) *sim.Workload {
+func loadTestWorkload(t *testing.T, name string) *workload.Workload {
 	t.Helper()
-	w, err := sim.LoadWorkload("../workloads/" + name + ".yaml")
+	w, err := workload.Load("../workloads/" + name + ".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func loadTestWorkload(t *testing.T, name string) *sim.Workload {
 // the job's size in the job's queue, each pod requesting the job's
 // resources; a job's pods form one creation unit, in job order.
 func TestJobsPlanAsShardschedReadsIt(t *testing.T) {
-	jobs := []sim.JobSpec{
+	jobs := []workload.JobSpec{
 		{Seq: 0, Queue: "q0-0", Size: 1, CPU: 2000, Memory: 8 << 30},
 		{Seq: 1, Queue: "q3-7", Size: 4, CPU: 6000, Memory: 24 << 30, GPU: 1},
 		{Seq: 2, Queue: "q1-2", Size: 3, CPU: 1000, Memory: 4 << 30},
@@ -87,7 +87,7 @@ func TestJobsPlanAsShardschedReadsIt(t *testing.T) {
 	if _, err := jobsPlan(nil, run); err == nil {
 		t.Error("jobsPlan(nil): no error")
 	}
-	if _, err := jobsPlan([]sim.JobSpec{{Queue: "q", Size: 0}}, run); err == nil {
+	if _, err := jobsPlan([]workload.JobSpec{{Queue: "q", Size: 0}}, run); err == nil {
 		t.Error("a job of size 0: no error")
 	}
 }
@@ -130,11 +130,11 @@ func TestTakeJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pods := range []int{1, 7, 1000, 10000} {
-		jobs, err := takeJobs(sim.NewGenerator(w, tier, 1), pods)
+		jobs, err := takeJobs(workload.NewGenerator(w, tier, 1), pods)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref := sim.NewGenerator(w, tier, 1)
+		ref := workload.NewGenerator(w, tier, 1)
 		sum := 0
 		for i, j := range jobs {
 			r, _ := ref.Next(1 << 62)
@@ -153,8 +153,8 @@ func TestTakeJobs(t *testing.T) {
 			t.Errorf("pods=%d: jobs hold %d pods", pods, sum)
 		}
 	}
-	a, _ := takeJobs(sim.NewGenerator(w, tier, 1), 500)
-	b, _ := takeJobs(sim.NewGenerator(w, tier, 2), 500)
+	a, _ := takeJobs(workload.NewGenerator(w, tier, 1), 500)
+	b, _ := takeJobs(workload.NewGenerator(w, tier, 2), 500)
 	if fmt.Sprint(a) == fmt.Sprint(b) {
 		t.Error("seeds 1 and 2 gave the same jobs")
 	}
@@ -233,8 +233,8 @@ func TestBenchWorkloadDocExample(t *testing.T) {
 
 func TestCheckFits(t *testing.T) {
 	shape := nodeShape{cpu: 64, memoryGi: 256, gpus: 8, gpuEvery: 10}
-	job := func(queue string, size int, cpu, gpu int64) sim.JobSpec {
-		return sim.JobSpec{Queue: queue, Size: size, CPU: cpu * 1000, Memory: cpu << 30, GPU: gpu}
+	job := func(queue string, size int, cpu, gpu int64) workload.JobSpec {
+		return workload.JobSpec{Queue: queue, Size: size, CPU: cpu * 1000, Memory: cpu << 30, GPU: gpu}
 	}
 	queues := []api.QueueSpec{
 		{Name: "p0", Capability: mustLimit(t, 400*1000)},
@@ -244,19 +244,19 @@ func TestCheckFits(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		jobs  []sim.JobSpec
+		jobs  []workload.JobSpec
 		nodes int
 		want  string // in the error; "" = fits
 	}{
 		// 10 nodes: 640 CPU, 90 % = 576; one GPU node: 8 GPUs, 90 % = 7.
-		{"90 % of the CPU", []sim.JobSpec{job("q1", 72, 8, 0)}, 10, ""},
-		{"above 90 % of the CPU", []sim.JobSpec{job("q1", 72, 8, 0), job("q1", 1, 1, 0)}, 10, "-pods=73: the workload's pods request 577 CPU, more than 90 % of the cluster's 640 CPU"},
-		{"7 of 8 GPUs", []sim.JobSpec{job("q1", 7, 1, 1)}, 10, ""},
-		{"8 of 8 GPUs", []sim.JobSpec{job("q1", 8, 1, 1)}, 10, "nvidia.com/gpu, more than 90 %"},
-		{"GPUs on GPU-less nodes", []sim.JobSpec{job("q1", 1, 1, 1)}, 0, "request 1 nvidia.com/gpu but the nodes have none"},
-		{"a queue's capability", []sim.JobSpec{job("q0", 50, 8, 0), job("q0", 1, 1, 0)}, 100, "queue p0 and below request 401 CPU, more than its capability of 400"},
-		{"up to a queue's capability", []sim.JobSpec{job("q0", 50, 8, 0), job("q1", 1, 1, 0)}, 100, ""},
-		{"more pods than nodes take", []sim.JobSpec{{Queue: "q1", Size: 257, CPU: 100, Memory: 1 << 20}}, 1, "more than the 256 pods"},
+		{"90 % of the CPU", []workload.JobSpec{job("q1", 72, 8, 0)}, 10, ""},
+		{"above 90 % of the CPU", []workload.JobSpec{job("q1", 72, 8, 0), job("q1", 1, 1, 0)}, 10, "-pods=73: the workload's pods request 577 CPU, more than 90 % of the cluster's 640 CPU"},
+		{"7 of 8 GPUs", []workload.JobSpec{job("q1", 7, 1, 1)}, 10, ""},
+		{"8 of 8 GPUs", []workload.JobSpec{job("q1", 8, 1, 1)}, 10, "nvidia.com/gpu, more than 90 %"},
+		{"GPUs on GPU-less nodes", []workload.JobSpec{job("q1", 1, 1, 1)}, 0, "request 1 nvidia.com/gpu but the nodes have none"},
+		{"a queue's capability", []workload.JobSpec{job("q0", 50, 8, 0), job("q0", 1, 1, 0)}, 100, "queue p0 and below request 401 CPU, more than its capability of 400"},
+		{"up to a queue's capability", []workload.JobSpec{job("q0", 50, 8, 0), job("q1", 1, 1, 0)}, 100, ""},
+		{"more pods than nodes take", []workload.JobSpec{{Queue: "q1", Size: 257, CPU: 100, Memory: 1 << 20}}, 1, "more than the 256 pods"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := shape

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/bench/workload"
 	"github.com/shardsched/shardsched/cache"
 )
 
@@ -139,7 +140,7 @@ type simJob struct {
 	done    int // pods succeeded
 	size    int // pods to succeed (a batch Job's completions)
 	doneAt  time.Time
-	spec    JobSpec
+	spec    workload.JobSpec
 	sched   string // the pods' schedulerName
 	why     string // the last FailedScheduling or Unschedulable message
 }
@@ -178,7 +179,7 @@ func (o Overrun) String() string {
 }
 
 // NewCluster returns a cluster with n nodes of the workload's shape.
-func NewCluster(w *Workload, n int, tree *api.Tree) (*Cluster, error) {
+func NewCluster(w *workload.Workload, n int, tree *api.Tree) (*Cluster, error) {
 	c := &Cluster{start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nodes: map[string]*simNode{}, pods: map[string]*simPod{},
 		jobs: map[string]*simJob{}, groups: map[string]*simGroup{}, groupUIDs: map[string]string{}, paths: map[string][]string{},
 		caps: map[string]api.Limit{}, deserved: map[string]int64{}, used: map[string]api.Resource{}, overrunsByKind: map[string]int64{},
@@ -223,7 +224,7 @@ func (c *Cluster) nextUID(kind string) string {
 }
 
 // AddNodes adds n nodes of the workload's shape.
-func (c *Cluster) AddNodes(w *Workload, n int) {
+func (c *Cluster) AddNodes(w *workload.Workload, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := 0; i < n; i++ {
@@ -280,7 +281,7 @@ const namespace = "bench"
 // Submit creates a job at the current virtual time: its PodGroup unless
 // its pods name none (the scheduler then creates an implicit one), and the
 // pods it has at once, pending.
-func (c *Cluster) Submit(js JobSpec, schedulerName string) {
+func (c *Cluster) Submit(js workload.JobSpec, schedulerName string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// The job was created at its arrival time, which falls within the
@@ -295,7 +296,7 @@ func (c *Cluster) Submit(js JobSpec, schedulerName string) {
 		// One group per owner, as kube.ImplicitGroupName makes (there
 		// named by the owner's UID, which the simulation does not have).
 		owner := "job"
-		if js.kind() == KindDeployment {
+		if js.EffectiveKind() == workload.KindDeployment {
 			owner = "replicaset"
 		}
 		group = "shardsched-" + owner + "-" + name
@@ -303,14 +304,14 @@ func (c *Cluster) Submit(js JobSpec, schedulerName string) {
 	j := &simJob{name: name, group: group, pods: map[string]*simPod{}, size: js.Size, spec: js, sched: schedulerName}
 	c.jobs[group] = j
 	if !js.Implicit {
-		pg := api.Job{Namespace: namespace, Name: group, Queue: js.Queue, MinMember: js.minMember(), Phase: api.JobPending, Created: now}
+		pg := api.Job{Namespace: namespace, Name: group, Queue: js.Queue, MinMember: js.EffectiveMinMember(), Phase: api.JobPending, Created: now}
 		if js.MinMilliCPU > 0 {
 			r := api.NewResource(js.MinMilliCPU, 0, nil)
 			pg.MinResources = &r
 		}
 		c.addGroupLocked(pg)
 	}
-	for i := 0; i < js.parallel(); i++ {
+	for i := 0; i < js.EffectiveParallelism(); i++ {
 		c.createPodLocked(j, now)
 	}
 }
@@ -483,9 +484,9 @@ func (c *Cluster) addUsedLocked(q string, r api.Resource, sign int64) api.Resour
 // implicit group".
 func (j *simJob) kindLabel() string {
 	if j.spec.Implicit {
-		return j.spec.kind() + ", implicit group"
+		return j.spec.EffectiveKind() + ", implicit group"
 	}
-	return j.spec.kind()
+	return j.spec.EffectiveKind()
 }
 
 // CheckQuota recounts, from every bound and unfinished pod, the requests
@@ -724,7 +725,7 @@ type sample struct {
 	runningJobs       map[string]bool // UIDs of jobs with their whole gang bound
 }
 
-func (c *Cluster) sample(leaves []LeafQueue, withJobs bool) sample {
+func (c *Cluster) sample(leaves []workload.LeafQueue, withJobs bool) sample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := sample{leafUsed: map[string]int64{}, leafPending: map[string]int64{}}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/bench/workload"
 	"github.com/shardsched/shardsched/cache"
 )
 
@@ -77,7 +78,7 @@ func bindAll(t *testing.T, b *Binder, tasks []api.Task) {
 // When the pods end, the recount finds nothing.
 func TestQuotaOverrunDeploymentBeyondCapability(t *testing.T) {
 	c, _, b := newCappedCluster(t)
-	c.Submit(JobSpec{Seq: 1, Queue: "dev", Kind: KindDeployment, Implicit: true, Size: 6, CPU: 1000, Memory: 1 << 30, Lifetime: time.Minute}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 1, Queue: "dev", Kind: workload.KindDeployment, Implicit: true, Size: 6, CPU: 1000, Memory: 1 << 30, Lifetime: time.Minute}, schedulerName)
 	pods := podsOf(c, "shardsched-replicaset-job-1")
 	if len(pods) != 6 {
 		t.Fatalf("%d pods, want 6", len(pods))
@@ -92,7 +93,7 @@ func TestQuotaOverrunDeploymentBeyondCapability(t *testing.T) {
 		t.Fatal("no overrun kept for the notes")
 	}
 	o := first[0]
-	if o.Queue != "team" || o.Resource != api.CPU || o.Used != 4000 || o.Cap != 3000 || o.Pod != "bench/job-1-3" || !strings.HasPrefix(o.Kind, KindDeployment) {
+	if o.Queue != "team" || o.Resource != api.CPU || o.Used != 4000 || o.Cap != 3000 || o.Pod != "bench/job-1-3" || !strings.HasPrefix(o.Kind, workload.KindDeployment) {
 		t.Errorf("first overrun %+v, want team cpu 4000 > 3000 binding bench/job-1-3 (deployment)", o)
 	}
 	if !strings.Contains(o.String(), "queue team cpu 4 > capability 3") {
@@ -119,7 +120,7 @@ func TestQuotaOverrunDeploymentBeyondCapability(t *testing.T) {
 // CPU) at its parent too.
 func TestQuotaOverrunElasticBeyondCapability(t *testing.T) {
 	c, ca, b := newCappedCluster(t)
-	c.Submit(JobSpec{Seq: 2, Queue: "ops", Kind: KindElastic, Size: 8, MinMember: 2, MinMilliCPU: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Minute}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 2, Queue: "ops", Kind: workload.KindElastic, Size: 8, MinMember: 2, MinMilliCPU: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Minute}, schedulerName)
 	var snap cache.Snapshot
 	ca.UpdateSnapshot(&snap)
 	jobs := snap.Jobs()
@@ -144,7 +145,7 @@ func TestQuotaOverrunElasticBeyondCapability(t *testing.T) {
 // waves), and they bind into the room the first wave left.
 func TestQuotaWithinCapabilityCountsNothing(t *testing.T) {
 	c, ca, b := newCappedCluster(t)
-	c.Submit(JobSpec{Seq: 3, Queue: "dev", Kind: KindBatch, Size: 6, Parallelism: 3, MinMember: 3, CPU: 1000, Memory: 1 << 30, Lifetime: 10 * time.Second}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 3, Queue: "dev", Kind: workload.KindBatch, Size: 6, Parallelism: 3, MinMember: 3, CPU: 1000, Memory: 1 << 30, Lifetime: 10 * time.Second}, schedulerName)
 	wave := podsOf(c, "job-3")
 	if len(wave) != 3 {
 		t.Fatalf("first wave %d pods, want 3 (the parallelism)", len(wave))
@@ -190,7 +191,7 @@ func TestQuotaWithinCapabilityCountsNothing(t *testing.T) {
 func TestImplicitGroupLifecycle(t *testing.T) {
 	c, ca, b := newCappedCluster(t)
 	g := &Groups{c: c}
-	c.Submit(JobSpec{Seq: 4, Queue: "dev", Kind: KindDeployment, Implicit: true, Size: 2, CPU: 1000, Memory: 1 << 30, Lifetime: 10 * time.Second}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 4, Queue: "dev", Kind: workload.KindDeployment, Implicit: true, Size: 2, CPU: 1000, Memory: 1 << 30, Lifetime: 10 * time.Second}, schedulerName)
 	const name = "shardsched-replicaset-job-4"
 	pods := podsOf(c, name)
 	if len(pods) != 2 || !pods[0].Implicit || pods[0].Queue != "dev" || pods[0].Job != name {
@@ -244,80 +245,11 @@ func TestImplicitGroupLifecycle(t *testing.T) {
 		t.Errorf("jobs %d, stats %+v; want the group gone, 1 created, 1 deleted, none under pods", len(snap.Jobs()), st)
 	}
 	// Deleting a group whose pods still wait is counted.
-	c.Submit(JobSpec{Seq: 5, Queue: "dev", Kind: KindDeployment, Implicit: true, Size: 1, CPU: 1000, Lifetime: time.Minute}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 5, Queue: "dev", Kind: workload.KindDeployment, Implicit: true, Size: 1, CPU: 1000, Lifetime: time.Minute}, schedulerName)
 	_ = g.CreatePodGroup(ctx, "bench", "shardsched-replicaset-job-5", "dev", 1)
 	uid := c.groupUIDs["shardsched-replicaset-job-5"]
 	_ = g.DeletePodGroup(ctx, "bench", "shardsched-replicaset-job-5", uid, "")
 	if st := c.Stats(); st.GroupsDeletedUnderPods != 1 {
 		t.Errorf("groups deleted under pods %d, want 1", st.GroupsDeletedUnderPods)
-	}
-}
-
-// Every shipped workload, at every tier, submits each kind as a real
-// share of its pods, with the shapes the file declares.
-func TestWorkloadMixHasEveryKind(t *testing.T) {
-	for _, file := range []string{"churn", "burst"} {
-		w, err := LoadWorkload("../workloads/" + file + ".yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The file's weights give each kind ≥ 10 % of the pods.
-		want, sum := map[string]float64{}, 0.0
-		for _, k := range w.Jobs {
-			n := k.meanSize()
-			if w.Burst && k.Parallelism > 0 {
-				n = float64(k.Parallelism)
-			}
-			want[k.kind()] += n * float64(k.Weight)
-			sum += n * float64(k.Weight)
-		}
-		for _, k := range []string{KindGang, KindDeployment, KindElastic, KindBatch} {
-			if want[k]/sum < 0.10 {
-				t.Errorf("%s: the weights give %s %.1f %% of the pods, want ≥ 10 %%", file, k, want[k]/sum*100)
-			}
-		}
-		for name, tier := range w.Tiers {
-			g := NewGenerator(w, tier, 11)
-			pods := map[string]int{}
-			total, jobs := 0, 0
-			for jobs < 20000 {
-				j, ok := g.Next(10 * time.Minute)
-				if !ok {
-					break
-				}
-				jobs++
-				n := j.Size
-				if w.Burst {
-					n = j.parallel()
-				}
-				pods[j.kind()] += n
-				total += n
-				switch j.kind() {
-				case KindDeployment:
-					if !j.Implicit || j.Size < 4 || j.Size > 32 || j.CPU < 1000 || j.CPU > 4000 || j.minMember() != 1 {
-						t.Fatalf("%s/%s: deployment %+v", file, name, j)
-					}
-				case KindElastic:
-					if j.Implicit || j.minMember() >= int32(j.Size) {
-						t.Fatalf("%s/%s: elastic %+v has minMember ≥ size", file, name, j)
-					}
-				case KindBatch:
-					if !w.Burst && (j.Size != 12 || j.parallel() != 4) {
-						t.Fatalf("%s/%s: batch %+v, want completions 12, parallelism 4", file, name, j)
-					}
-				}
-			}
-			// A small backlog (burst 10k: 2,000 pods, a few 128-pod gangs)
-			// draws few jobs: a looser bound there.
-			least := 0.08
-			if total < 10000 {
-				least = 0.04
-			}
-			for _, k := range []string{KindGang, KindDeployment, KindElastic, KindBatch} {
-				if share := float64(pods[k]) / float64(total); share < least {
-					t.Errorf("%s/%s: %s is %.1f %% of %d pods, want ≥ %.0f %%", file, name, k, share*100, total, least*100)
-				}
-			}
-		}
 	}
 }

@@ -11,40 +11,22 @@ import (
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/bench/report"
+	"github.com/shardsched/shardsched/bench/workload"
 )
 
 // The reclaim scenario: in every parent queue, half the leaves (the
 // borrowers) submit everything while the other half (the lenders) are
 // idle, so the borrowers fill their parents' capabilities, far above their
-// deserved shares; at ReclaimPhase.At of the run the borrowers stop and the
-// lenders submit. Jobs live long (the workload's lifetime), so a lender gets
-// its deserved share in time only if quota is taken back. Measured: for
+// deserved shares; at workload.ReclaimPhase.At of the run the borrowers
+// stop and the lenders submit (workload.Workload.ReclaimSides splits the
+// leaves). Jobs live long (the workload's lifetime), so a lender gets its
+// deserved share in time only if quota is taken back. Measured: for
 // each lender, the time from the switch until it holds its deserved share
 // (or all it asks, when less); the CPU evicted against the least that had
 // to be (what the lenders got beyond what their parents had free at the
 // switch); evictions from a queue not above its deserved share, recounted
 // from the pods (a reclaim reclaimed back: a loop);
 // and, as in every run, quota overruns from the pods.
-
-// ReclaimPhase is a workload's reclaim section.
-type ReclaimPhase struct {
-	// At is the fraction of the run at which the lenders start (and the
-	// borrowers stop) submitting.
-	At float64 `json:"at"`
-}
-
-// ReclaimSides splits the leaves: in each parent, even-numbered leaves
-// borrow and odd-numbered ones lend.
-func (w *Workload) ReclaimSides() (borrowers, lenders []LeafQueue) {
-	for i, l := range w.Leaves() {
-		if i%w.Queues.LeavesPerParent%2 == 0 {
-			borrowers = append(borrowers, l)
-		} else {
-			lenders = append(lenders, l)
-		}
-	}
-	return borrowers, lenders
-}
 
 // Evictor evicts pods of the simulated cluster (scheduler.Evictor): the
 // pod is gone at once and its job re-creates it, pending, as a controller
@@ -98,7 +80,7 @@ func (c *Cluster) EvictPod(uid string) {
 }
 
 // setLenders names the lending leaves (for LenderEvictions).
-func (c *Cluster) setLenders(ls []LeafQueue) {
+func (c *Cluster) setLenders(ls []workload.LeafQueue) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lenders = map[string]bool{}
@@ -112,7 +94,7 @@ type reclaimWatch struct {
 	mu       sync.Mutex
 	at       time.Duration
 	started  bool
-	lenders  []LeafQueue
+	lenders  []workload.LeafQueue
 	deserved map[string]int64
 	caps     map[string]int64 // parent → capability (milli-CPU)
 	free     map[string]int64 // parent → free at the switch
@@ -121,7 +103,7 @@ type reclaimWatch struct {
 	lastUsed map[string]int64
 }
 
-func newReclaimWatch(w *Workload, tree *api.Tree, end time.Duration) *reclaimWatch {
+func newReclaimWatch(w *workload.Workload, tree *api.Tree, end time.Duration) *reclaimWatch {
 	_, lenders := w.ReclaimSides()
 	r := &reclaimWatch{at: time.Duration(w.Reclaim.At * float64(end)), lenders: lenders, deserved: map[string]int64{},
 		caps: map[string]int64{}, free: map[string]int64{}, reached: map[string]time.Duration{}, asked: map[string]bool{}, lastUsed: map[string]int64{}}
@@ -138,7 +120,7 @@ func newReclaimWatch(w *Workload, tree *api.Tree, end time.Duration) *reclaimWat
 }
 
 // observe takes one sample at virtual time vt.
-func (r *reclaimWatch) observe(vt time.Duration, sm sample, leaves []LeafQueue) {
+func (r *reclaimWatch) observe(vt time.Duration, sm sample, leaves []workload.LeafQueue) {
 	if vt < r.at {
 		return
 	}

@@ -3,113 +3,25 @@ package sim
 import (
 	"context"
 	"math"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/bench/workload"
 	"github.com/shardsched/shardsched/cache"
 )
 
-func loadChurn(t *testing.T) *Workload {
+func loadChurn(t *testing.T) *workload.Workload {
 	t.Helper()
-	w, err := LoadWorkload("../workloads/churn.yaml")
+	w, err := workload.Load("../workloads/churn.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w
 }
 
-// Every shipped workload file parses and validates.
-func TestShippedWorkloadsLoad(t *testing.T) {
-	files, err := filepath.Glob("../workloads/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no workload files: %v", err)
-	}
-	for _, f := range files {
-		if _, err := LoadWorkload(f); err != nil {
-			t.Errorf("%s: %v", f, err)
-		}
-	}
-}
-
-// A bad workload file gets an error naming the file and the field.
-func TestWorkloadBadInput(t *testing.T) {
-	base, err := os.ReadFile("../workloads/churn.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct{ from, to, want string }{
-		{"cpu: 64", "cpu: -1", "node"},
-		{"weights: [1, 2, 4]", "weights: [1, 0, 4]", "queues.weights"},
-		{"{weight: 5,  size: 128}", "{weight: 5,  size: 0}", "jobs[3]"},
-		{"meanSeconds: 60", "meanSeconds: 0", "lifetime"},
-		{"kind: drain", "kind: explode", "events[0]"},
-		{"parentCapabilityFraction: 0.2", "parentCapabilityFraction: 1.5", "parentCapabilityFraction"},
-		{"name: churn", "name: churn\nsurprise: 1", "unknown field"},
-		{"kind: deployment,", "kind: daemonset,", "jobs[4]"},
-		{"size: 8, minMember: 2}", "size: 8, minMember: 8}", "jobs[5]"},
-		{"minMilliCPU: 1}", "minMilliCPU: 1, podGroup: implicit}", "jobs[6]"},
-		{"{weight: 10, kind: batch, size: 12, parallelism: 4}", "{weight: 10, kind: batch, size: 12, parallelism: 12}", "jobs[7]"},
-		{"maxSize: 32,", "maxSize: 3,", "jobs[4]"},
-	} {
-		bad := strings.Replace(string(base), tc.from, tc.to, 1)
-		if bad == string(base) {
-			t.Fatalf("pattern %q not in churn.yaml", tc.from)
-		}
-		path := filepath.Join(t.TempDir(), "bad.yaml")
-		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		_, err := LoadWorkload(path)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
-			t.Errorf("%s → %s: got %v, want an error naming %q and the file", tc.from, tc.to, err, tc.want)
-		}
-	}
-	if _, err := loadChurn(t).Tier("3k"); err == nil || !strings.Contains(err.Error(), "100k") {
-		t.Errorf("unknown tier: %v, want the list of tiers", err)
-	}
-}
-
-// The same seed gives the same jobs; the stream has the tier's rate and
-// the pod CPU mean of the file.
-func TestGeneratorDeterministicAndCalibrated(t *testing.T) {
-	w := loadChurn(t)
-	tier, _ := w.Tier("100k")
-	a, b := NewGenerator(w, tier, 7), NewGenerator(w, tier, 7)
-	pods, cpu := 0, int64(0)
-	horizon := 10 * time.Minute
-	for {
-		x, okA := a.Next(horizon)
-		y, okB := b.Next(horizon)
-		if okA != okB || x != y {
-			t.Fatalf("seed 7 diverged: %+v vs %+v", x, y)
-		}
-		if !okA {
-			break
-		}
-		pods += x.Size
-		cpu += x.CPU * int64(x.Size)
-	}
-	perMin := float64(pods) / horizon.Minutes()
-	if math.Abs(perMin-float64(tier.PodsPerMinute))/float64(tier.PodsPerMinute) > 0.1 {
-		t.Errorf("%.0f pods/min, want %d ± 10%%", perMin, tier.PodsPerMinute)
-	}
-	if mean := float64(cpu) / float64(pods) / 1000; mean < 3 || mean > 5 {
-		t.Errorf("mean CPU per pod %.2f, want ≈ 4", mean)
-	}
-	c := NewGenerator(w, tier, 8)
-	x, _ := c.Next(horizon)
-	y, _ := NewGenerator(w, tier, 7).Next(horizon)
-	if x == y {
-		t.Errorf("seeds 7 and 8 gave the same first job %+v", x)
-	}
-}
-
 func TestFairSharesWaterFill(t *testing.T) {
-	leaves := []LeafQueue{{Name: "a", Weight: 1}, {Name: "b", Weight: 2}, {Name: "c", Weight: 1}}
+	leaves := []workload.LeafQueue{{Name: "a", Weight: 1}, {Name: "b", Weight: 2}, {Name: "c", Weight: 1}}
 	// c wants little: it gets its demand; a and b split the rest 1:2.
 	got := fairShares(leaves, map[string]int64{"a": 1000, "b": 1000, "c": 10}, 310)
 	if math.Abs(got["c"]-10) > 1e-6 || math.Abs(got["a"]-100) > 1e-6 || math.Abs(got["b"]-200) > 1e-6 {
@@ -122,10 +34,10 @@ func TestFairSharesWaterFill(t *testing.T) {
 	}
 }
 
-func newTestCluster(t *testing.T, nodes int) (*Cluster, *Workload) {
+func newTestCluster(t *testing.T, nodes int) (*Cluster, *workload.Workload) {
 	t.Helper()
 	w := loadChurn(t)
-	tree, err := api.BuildTree(QueueSpecs(w, Tier{Nodes: nodes}))
+	tree, err := api.BuildTree(workload.QueueSpecs(w, workload.Tier{Nodes: nodes}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +54,7 @@ func TestClusterBindInvariants(t *testing.T) {
 	c, _ := newTestCluster(t, 2)
 	ca := cache.New(cache.Options{})
 	c.Subscribe(ca)
-	c.Submit(JobSpec{Seq: 1, Queue: "q0-0", Size: 3, CPU: 40000, Memory: 1 << 30, Lifetime: time.Minute}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 1, Queue: "q0-0", Size: 3, CPU: 40000, Memory: 1 << 30, Lifetime: time.Minute}, schedulerName)
 	var tasks []api.Task
 	for _, p := range c.pods {
 		tasks = append(tasks, p.t)
@@ -182,8 +94,8 @@ func TestClusterLifecycle(t *testing.T) {
 	c, _ := newTestCluster(t, 4)
 	ca := cache.New(cache.Options{})
 	c.Subscribe(ca)
-	c.Submit(JobSpec{Seq: 1, Queue: "q0-0", Size: 2, CPU: 1000, Memory: 1 << 30, Lifetime: 10 * time.Second}, schedulerName)
-	c.Submit(JobSpec{Seq: 2, Queue: "q0-1", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 1, Queue: "q0-0", Size: 2, CPU: 1000, Memory: 1 << 30, Lifetime: 10 * time.Second}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 2, Queue: "q0-1", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
 	for _, p := range c.pods {
 		node := "node-00000"
 		if p.job.spec.Seq == 2 {
@@ -289,14 +201,14 @@ func TestClusterEvictPod(t *testing.T) {
 	c, _ := newTestCluster(t, 2)
 	ca := cache.New(cache.Options{})
 	c.Subscribe(ca)
-	c.setLenders([]LeafQueue{{Name: "q0-1", Parent: "p0"}})
+	c.setLenders([]workload.LeafQueue{{Name: "q0-1", Parent: "p0"}})
 	// q0-0's pod asks for more than its queue deserves; q0-1's for less.
 	above := c.deserved["q0-0"] + 1000
 	if above > 64000 {
 		t.Fatalf("q0-0 deserves %d milli-CPU: too much for one node", above)
 	}
-	c.Submit(JobSpec{Seq: 1, Queue: "q0-0", Size: 1, CPU: above, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
-	c.Submit(JobSpec{Seq: 2, Queue: "q0-1", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 1, Queue: "q0-0", Size: 1, CPU: above, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	c.Submit(workload.JobSpec{Seq: 2, Queue: "q0-1", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
 	var uids []string
 	for uid, p := range c.pods {
 		t0 := p.t

@@ -26,6 +26,7 @@ import (
 
 	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/bench/sim"
+	"github.com/shardsched/shardsched/bench/workload"
 )
 
 type options struct {
@@ -161,8 +162,8 @@ func run(ctx context.Context, o options) error {
 	if o.verbose {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	load := func(name string) (*sim.Workload, error) {
-		return sim.LoadWorkload(o.dir + "/" + name + ".yaml")
+	load := func(name string) (*workload.Workload, error) {
+		return workload.Load(o.dir + "/" + name + ".yaml")
 	}
 	var simRuns []report.Run
 	for _, tier := range o.tiers {

@@ -1,0 +1,152 @@
+package sim
+
+import (
+	"math"
+	"runtime"
+	"time"
+
+	"github.com/shardsched/shardsched/bench/procstat"
+	"github.com/shardsched/shardsched/bench/report"
+	"github.com/shardsched/shardsched/bench/workload"
+)
+
+// sampler holds what the periodic samples accumulate over a run.
+type sampler struct {
+	sampleEvery time.Duration
+	nextSample  time.Duration
+	samples     int
+	// warmAt is the end of the warm-up: the mean utilization (but for a
+	// burst) and the RSS growth count from there.
+	warmAt      time.Duration
+	utilSum     float64
+	utilN       int
+	fairErr     map[string]float64 // leaf → sum of its fair-share errors
+	fairN       int
+	rss0        float64 // MiB before the shards started
+	rssWarm     float64 // MiB at the end of the warm-up, after a GC
+	peakRSS     float64
+	lastBinds   int64
+	lastSampleT time.Duration
+}
+
+// takeSample, when a sample is due, checks the books (invariants.go) and
+// samples throughput, utilization, queue shares, fair-share error and RSS;
+// between samples the pending pods are unknown (-1), but for a burst,
+// whose end depends on them.
+func (d *driver) takeSample() {
+	s, w, vt, sp, run := d.s, d.w, d.vt, &d.sampler, &d.run
+	if vt < sp.nextSample {
+		d.pending = -1 // unknown until the next sample
+		if w.Burst {
+			d.pending = s.cl.pending()
+		}
+		return
+	}
+	sp.nextSample += sp.sampleEvery
+	d.checkBooks(sp.samples)
+	sp.samples++
+	sm := s.cl.sample(s.leaves, false)
+	d.pending = sm.pending
+	st := s.cl.Stats()
+	dt := (vt - sp.lastSampleT).Seconds()
+	if dt > 0 {
+		run.Throughput = append(run.Throughput, report.Point{T: vt.Seconds(), V: float64(st.Binds-sp.lastBinds) / dt})
+	}
+	sp.lastBinds, sp.lastSampleT = st.Binds, vt
+	if sm.allocCPU > 0 {
+		u := float64(sm.usedCPU) / float64(sm.allocCPU)
+		run.UtilSeries = append(run.UtilSeries, report.Point{T: vt.Seconds(), V: u})
+		if vt >= sp.warmAt || w.Burst {
+			sp.utilSum += u
+			sp.utilN++
+		}
+	}
+	if d.rw != nil {
+		d.rw.observe(vt, sm, s.leaves)
+	}
+	demand := map[string]int64{}
+	for _, l := range s.leaves {
+		demand[l.Name] = sm.leafUsed[l.Name] + sm.leafPending[l.Name]
+		if sm.usedCPU > 0 {
+			run.QueueShares[l.Name] = append(run.QueueShares[l.Name], report.Point{T: vt.Seconds(), V: float64(sm.leafUsed[l.Name]) / float64(sm.usedCPU)})
+		}
+	}
+	if sm.allocCPU > 0 {
+		fair := fairShares(s.leaves, demand, sm.allocCPU)
+		for _, l := range s.leaves {
+			sp.fairErr[l.Name] += math.Abs(float64(sm.leafUsed[l.Name])-fair[l.Name]) / float64(sm.allocCPU)
+		}
+		sp.fairN++
+	}
+	r := procstat.RSSMiB()
+	sp.peakRSS = max(sp.peakRSS, r)
+	run.RSSSeries = append(run.RSSSeries, report.Point{T: vt.Seconds(), V: r})
+	if sp.rssWarm == 0 && vt >= sp.warmAt {
+		runtime.GC()
+		sp.rssWarm = procstat.RSSMiB()
+	}
+}
+
+// sampleFigures fills the run's mean utilization, fair-share errors and
+// RSS figures from the samples and the RSS at the end of the run.
+func (d *driver) sampleFigures(rssEnd float64) {
+	run, sp := &d.run, &d.sampler
+	if sp.utilN > 0 {
+		run.Utilization = sp.utilSum / float64(sp.utilN)
+	}
+	if sp.fairN > 0 {
+		run.FairShareError = map[string]float64{}
+		for q, e := range sp.fairErr {
+			run.FairShareError[q] = e / float64(sp.fairN)
+			run.MaxFairShareError = max(run.MaxFairShareError, e/float64(sp.fairN))
+		}
+	}
+	run.PeakRSSMiB = sp.peakRSS
+	if sp.rssWarm > 0 {
+		run.RSSGrowthPct = (rssEnd - sp.rssWarm) / sp.rssWarm * 100
+	}
+}
+
+// fairShares water-fills capacity (milli-CPU) over the leaves by weight,
+// each capped at its demand: the allocation max-min fairness would give.
+func fairShares(leaves []workload.LeafQueue, demand map[string]int64, capacity int64) map[string]float64 {
+	out := map[string]float64{}
+	active := map[string]bool{}
+	for _, l := range leaves {
+		if demand[l.Name] > 0 {
+			active[l.Name] = true
+		}
+	}
+	left := float64(capacity)
+	for len(active) > 0 && left > 1e-6 {
+		sumW := 0.0
+		for _, l := range leaves {
+			if active[l.Name] {
+				sumW += float64(l.Weight)
+			}
+		}
+		unit := left / sumW
+		capped := false
+		for _, l := range leaves {
+			if !active[l.Name] {
+				continue
+			}
+			want := float64(demand[l.Name]) - out[l.Name]
+			if want <= unit*float64(l.Weight) {
+				out[l.Name] += want
+				left -= want
+				delete(active, l.Name)
+				capped = true
+			}
+		}
+		if !capped {
+			for _, l := range leaves {
+				if active[l.Name] {
+					out[l.Name] += unit * float64(l.Weight)
+				}
+			}
+			left = 0
+		}
+	}
+	return out
+}

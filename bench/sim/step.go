@@ -1,0 +1,246 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/shardsched/shardsched/bench/procstat"
+	"github.com/shardsched/shardsched/bench/report"
+	"github.com/shardsched/shardsched/bench/workload"
+)
+
+// driver is one run on the virtual clock: the report it fills and what
+// its steps need. The samples' accumulators (sample.go), the faults
+// (faults.go) and the invariants' count (invariants.go) are kept here too,
+// each used by its own file's methods.
+type driver struct {
+	s   *sim
+	cfg Config
+	w   *workload.Workload
+	end time.Duration // virtual end of the run
+	run report.Run
+
+	gen    *workload.Generator
+	events []workload.NodeEvent // node events not applied yet, by time
+	step   time.Duration
+	retain time.Duration
+	vt     time.Duration // virtual time of the current step
+
+	wallStart time.Time
+	cpu0      time.Duration
+	// pending is the cluster's pending pods at the last sample (-1 when
+	// unknown; a burst counts them at every step).
+	pending           int
+	lastProgress      time.Time
+	lastProgressBinds int64
+	lastProgressAt    time.Duration
+	lastBindWall      time.Time // burst: when the last pod was bound
+
+	faults  []*fault      // chaos only
+	sampler sampler       // the periodic samples
+	rw      *reclaimWatch // reclaim scenario only
+	// outOfSyncBad counts nodes_out_of_sync: out-of-sync nodes whose truth
+	// fits, and books that drifted silently.
+	outOfSyncBad int64
+}
+
+// newDriver names the run, prepares the job generator, the node events,
+// the faults (chaos) and the reclaim watch, and starts the wall clock and
+// the CPU count.
+func (s *sim) newDriver(rss0 float64) *driver {
+	cfg, w, tier := s.cfg, s.w, s.tier
+	end := time.Duration(tier.Minutes * float64(time.Minute))
+	d := &driver{s: s, cfg: cfg, w: w, end: end}
+	d.gen = workload.NewGenerator(w, tier, cfg.Seed)
+	scenario := w.Name
+	if cfg.Chaos {
+		scenario = "chaos"
+	}
+	d.run = report.Run{Name: fmt.Sprintf("%s/%s/%d shards", scenario, cfg.Tier, cfg.Shards), Mode: "sim", Scenario: scenario,
+		Tier: cfg.Tier, System: "shardsched", Shards: cfg.Shards, Invariants: map[string]int64{}, QueueShares: map[string][]report.Point{}}
+	if cfg.Chaos {
+		d.faults = planFaults(end)
+		d.run.Chaos = &report.Chaos{}
+	}
+	d.events = append([]workload.NodeEvent(nil), w.Events...)
+	sort.Slice(d.events, func(i, j int) bool { return d.events[i].At < d.events[j].At })
+
+	d.step = cfg.Step
+	d.retain = 10 * time.Second
+	d.sampler = sampler{sampleEvery: max(time.Second, end/300), warmAt: end / 3, fairErr: map[string]float64{}, rss0: rss0}
+	d.wallStart = time.Now()
+	d.cpu0 = procstat.CPU()
+	d.lastProgress = time.Now()
+	if w.Reclaim != nil {
+		scenario = "reclaim"
+		d.run.Scenario = scenario
+		d.run.Name = fmt.Sprintf("%s/%s/%d shards", scenario, cfg.Tier, cfg.Shards)
+		d.rw = newReclaimWatch(w, s.tree, end)
+		_, lenders := w.ReclaimSides()
+		s.cl.setLenders(lenders)
+	}
+	return d
+}
+
+// over reports whether the run has ended: past its virtual end or, for a
+// burst, once the backlog is placed or nothing more gets placed.
+func (d *driver) over() bool {
+	if d.w.Burst {
+		// Done when the backlog is placed, or when nothing more has
+		// been placed for a while (what is left does not fit).
+		binds := d.s.cl.Stats().Binds
+		if binds != d.lastProgressBinds {
+			d.lastProgressBinds, d.lastProgressAt, d.lastBindWall = binds, d.vt, time.Now()
+		}
+		return d.vt > 0 && (d.pending == 0 || d.vt-d.lastProgressAt > 5*time.Second) || d.vt > d.end
+	}
+	return d.vt > d.end
+}
+
+// submit starts the step that began (in wall time) at t0: the cluster
+// advances to the virtual time, its clock runs, the jobs that have arrived
+// are submitted and the node events due are applied.
+func (d *driver) submit(t0 time.Time) {
+	s, vt := d.s, d.vt
+	s.cl.advance(vt, d.retain)
+	s.cl.runClock(t0)
+	for {
+		js, ok := d.gen.Next(vt)
+		if !ok {
+			break
+		}
+		s.cl.Submit(js, schedulerName)
+	}
+	for len(d.events) > 0 && time.Duration(d.events[0].At*float64(d.end)) <= vt {
+		e := d.events[0]
+		d.events = d.events[1:]
+		s.nodeEvent(e)
+	}
+}
+
+// nodeEvent applies a workload node event to the cluster.
+func (s *sim) nodeEvent(e workload.NodeEvent) {
+	names := s.cl.NodeNames()
+	n := max(1, int(e.Nodes*float64(len(names))))
+	switch e.Kind {
+	case "add":
+		s.cl.AddNodes(s.w, n)
+	case "drain":
+		s.cl.Drain(names[len(names)-n:])
+	case "shrink":
+		s.cl.Shrink(names[:n], e.CPU*1000)
+	}
+	fmt.Fprintf(s.cfg.Progress, "sim: %s %d nodes at %s\n", e.Kind, n, s.cl.Elapsed().Round(time.Second))
+}
+
+// cycle runs one cycle per live shard, concurrently, then waits for their
+// binds (30 s at most).
+func (s *sim) cycle(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, p := range s.live() {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Sched.Cycle(ctx) }()
+	}
+	wg.Wait()
+	for waitStart := time.Now(); time.Since(waitStart) < 30*time.Second; {
+		n := 0
+		for _, p := range s.live() {
+			n += p.Sched.BindsInFlight()
+		}
+		if n == 0 {
+			break
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// progress reports on cfg.Progress every 10 s of wall time.
+func (d *driver) progress() {
+	if time.Since(d.lastProgress) > 10*time.Second {
+		d.lastProgress = time.Now()
+		st := d.s.cl.Stats()
+		fmt.Fprintf(d.cfg.Progress, "sim %s: virtual %s/%s, wall %s, bound %d, pending %d, %.0f pods/s (wall)\n", d.run.Name,
+			d.vt.Round(time.Second), d.end.Round(time.Second), time.Since(d.wallStart).Round(time.Second), st.Binds, d.pending,
+			float64(st.Binds)/time.Since(d.wallStart).Seconds())
+	}
+}
+
+// advance ends the step that began (in wall time) at t0.
+func (d *driver) advance(t0 time.Time) {
+	// Advance the virtual clock by the step, or by the wall time the
+	// step took when that is longer (it ran with the wall clock during
+	// the step, so nothing bound in it is stamped later than that).
+	d.s.cl.freezeClock()
+	took := time.Since(t0)
+	if d.cfg.Pace {
+		if ahead := (d.vt + d.step) - time.Since(d.wallStart); ahead > 0 {
+			time.Sleep(ahead)
+		}
+		d.vt = max(d.vt+d.step, time.Since(d.wallStart))
+	} else {
+		d.vt += max(d.step, took)
+	}
+}
+
+// ending is what the run measures once its clock has stopped.
+type ending struct {
+	wall             time.Duration
+	cpu              float64 // CPU seconds of the whole process during the run
+	rssEnd           float64 // MiB, after a GC
+	st               Stats
+	p50, p99, maxLat float64
+	cdf              []float64
+	sm               sample // with the jobs
+}
+
+// measureEnd takes the end-of-run measurements in this order: the wall
+// and CPU time first, then the RSS after a GC, then the quota recount, the
+// cluster's counters, the latencies and a last sample.
+func (d *driver) measureEnd() ending {
+	s := d.s
+	var e ending
+	e.wall = time.Since(d.wallStart)
+	e.cpu = (procstat.CPU() - d.cpu0).Seconds()
+	runtime.GC()
+	e.rssEnd = procstat.RSSMiB()
+	s.cl.CheckQuota()
+	e.st = s.cl.Stats()
+	e.p50, e.p99, e.maxLat, e.cdf = s.cl.latencies()
+	e.sm = s.cl.sample(s.leaves, true)
+	return e
+}
+
+// stepFigures fills the run's pods, times, throughput, latencies, CPU and
+// API writes.
+func (d *driver) stepFigures(e ending) {
+	run, st, wall, cpu := &d.run, e.st, e.wall, e.cpu
+	run.Pods = int(st.Binds)
+	run.Unbound = e.sm.pending
+	run.WallSeconds = wall.Seconds()
+	run.VirtualSeconds = d.vt.Seconds()
+	run.PodsPerSec = float64(st.Binds) / wall.Seconds()
+	if d.w.Burst && !d.lastBindWall.IsZero() {
+		// Placement throughput: up to the last bind, not the idle steps
+		// that wait to see whether anything else will fit.
+		run.PodsPerSec = float64(st.Binds) / d.lastBindWall.Sub(d.wallStart).Seconds()
+	}
+	run.LatencyP50, run.LatencyP99, run.LatencyMax, run.LatencyCDF = e.p50, e.p99, e.maxLat, e.cdf
+	run.CPUSeconds = cpu
+	if st.Binds > 0 {
+		run.CPUSecondsPer1000 = cpu / float64(st.Binds) * 1000
+	}
+	var statusWrites, conflicts int64
+	for _, p := range d.s.procs {
+		bs := p.Status.Stats()
+		statusWrites += int64(bs.Writes)
+		conflicts += int64(bs.Conflicts)
+	}
+	run.StatusWrites, run.StatusConflicts = statusWrites, conflicts
+	if st.Binds > 0 {
+		run.APIWritesPerPod = float64(st.Binds+st.BindRefused+statusWrites+st.Events) / float64(st.Binds)
+	}
+}
