@@ -314,7 +314,7 @@ func workloadNotes(o options) []string {
 		"Arrival times and the tier's rate are ignored: in stream mode each creator takes the next whole job and creates its pods one after the other, as fast as the API server takes them; in backlog mode every pod exists before the scheduler starts.",
 		fmt.Sprintf("Lifetimes are ignored: kwok pods never finish, so nothing is freed during a run and every pod must fit at once; the pods request %s of the cluster's %s CPU (%.0f %%; realbench refuses more than %d %%).",
 			api.FormatQuantity(api.CPU, cpu), api.FormatQuantity(api.CPU, int64(o.nodes)*o.shape.cpu*1000), float64(cpu)/float64(int64(o.nodes)*o.shape.cpu*1000)*100, maxFillPercent),
-		fmt.Sprintf("Queues: the workload's tree (root → %d parents → %d leaves) as Volcano Queues, created once before the runs, with each parent's CPU capability and each leaf's deserved share as bench/workload declares and bench/sim computes them, but for the %d real nodes instead of the tier's %d.",
+		fmt.Sprintf("Queues: the workload's tree (root → %d parents → %d leaves) as Volcano Queues, created once before the runs, with each parent's CPU capability and each leaf's deserved share as workload.QueueSpecs computes them, but for the %d real nodes instead of the tier's %d.",
 			b.w.Queues.Parents, b.w.Queues.Parents*b.w.Queues.LeavesPerParent, o.nodes, b.tier.Nodes),
 		"Gangs and queues are honoured by shardsched only: kube-scheduler and the binder ignore PodGroups and queues and place pods one by one (the binder round-robin, skipping nodes it has filled), so their figures are for the same pods without gang or quota semantics.",
 	}
