@@ -384,9 +384,25 @@ func (s *Server) submit(ctx context.Context, c *call) result {
 	case <-ctx.Done():
 		return result{err: ctx.Err()}
 	}
+	return awaitAnswer(ctx, c, ended)
+}
+
+// awaitAnswer waits for c's answer. A term answers every call it took
+// before it ends; one sent as the term ended (the send and the end were
+// both ready) may never be taken, so once the term has ended a call not
+// answered yet was not applied, and is answered ErrNotLeader (the client
+// asks the next leader) instead of waiting for its context.
+func awaitAnswer(ctx context.Context, c *call, ended <-chan struct{}) result {
 	select {
 	case r := <-c.done:
 		return r
+	case <-ended:
+		select {
+		case r := <-c.done:
+			return r
+		default:
+			return result{err: ErrNotLeader}
+		}
 	case <-ctx.Done():
 		return result{err: ctx.Err()}
 	}
@@ -418,11 +434,7 @@ func (s *Server) submitMany(ctx context.Context, calls []*call) []result {
 		if c == nil || out[i].err != nil {
 			continue
 		}
-		select {
-		case out[i] = <-c.done:
-		case <-ctx.Done():
-			out[i] = result{err: ctx.Err()}
-		}
+		out[i] = awaitAnswer(ctx, c, ended)
 	}
 	return out
 }

@@ -367,6 +367,7 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 		var ps []pending
 		var ops []clientv3.Op
 		var puts []string // uids written, to record their revision
+		a0 := time.Now()
 		for i, c := range batch {
 			if l := t.writeLease(c); l != 0 && dead[l] {
 				ps = append(ps, pending{c: c, res: result{err: fmt.Errorf("%w: lease %x", ErrSessionExpired, l)}})
@@ -384,6 +385,7 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 				}
 			}
 		}
+		t.s.stats.applyNanos.Add(int64(time.Since(a0)))
 		t0 := time.Now()
 		rev, err := t.txn(ctx, dedupeOps(ops))
 		t.s.stats.commitNanos.Add(int64(time.Since(t0)))

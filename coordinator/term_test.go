@@ -585,3 +585,51 @@ func TestTermCommitAfterLosingLeadership(t *testing.T) {
 		t.Fatalf("%d reservations written without leadership", resp.Count)
 	}
 }
+
+// A call sent as its term ended may never be taken: once the term has
+// ended, a call not answered is answered ErrNotLeader at once (not after
+// its context's deadline); one answered before is given its answer.
+func TestAwaitAnswerAfterTermEnded(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	ended := make(chan struct{})
+	close(ended)
+
+	stranded := &call{done: make(chan result, 1)}
+	t0 := time.Now()
+	if r := awaitAnswer(ctx, stranded, ended); !errors.Is(r.err, ErrNotLeader) {
+		t.Fatalf("unanswered call after the term ended: %+v, want ErrNotLeader", r)
+	}
+	if waited := time.Since(t0); waited > 10*time.Second {
+		t.Fatalf("waited %s for a call the ended term never took", waited)
+	}
+
+	answered := &call{done: make(chan result, 1)}
+	answered.done <- result{Seq: Seq{Term: 7, Group: 1}}
+	if r := awaitAnswer(ctx, answered, ended); r.err != nil || r.Seq.Term != 7 {
+		t.Fatalf("call answered before the term ended: %+v, want its answer", r)
+	}
+
+	running := make(chan struct{})
+	late := &call{done: make(chan result, 1)}
+	go func() { late.done <- result{Seq: Seq{Term: 9}} }()
+	if r := awaitAnswer(ctx, late, running); r.err != nil || r.Seq.Term != 9 {
+		t.Fatalf("call answered while its term runs: %+v, want its answer", r)
+	}
+}
+
+// The time a term spends applying calls is counted (Stats.ApplyTime).
+func TestTermCommitCountsApplyTime(t *testing.T) {
+	ev := newEnv(t, 0, 5)
+	ctx := ctxT(t, 60*time.Second)
+	cli := ev.etcdClient()
+	t.Cleanup(func() { cli.Close() })
+	tr, _ := tmLeading(t, ev, cli)
+	tmCommitTree(t, ctx, tr, tmSpecs(t, 4000))
+	before := tr.s.Stats().ApplyTime
+	if err := tr.commit(ctx, []*call{tmReserve("a", 1000, 0, nil), tmReserve("b", 1000, 0, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if after := tr.s.Stats().ApplyTime; after <= before {
+		t.Fatalf("ApplyTime %s after a commit of two reservations, was %s: not counted", after, before)
+	}
+}
