@@ -420,12 +420,7 @@ func tmCommitTree(t *testing.T, ctx context.Context, tr *term, specs []api.Queue
 // that second application: a call the first one refused for lack of quota
 // (taken by the doomed call) now succeeds.
 func TestTermCommitRebuildsAfterDeadLease(t *testing.T) {
-	ev := newEnv(t, 0, 5)
-	ctx := ctxT(t, 60*time.Second)
-	cli := ev.etcdClient()
-	t.Cleanup(func() { cli.Close() })
-	tr, _ := tmLeading(t, ev, cli)
-	tmCommitTree(t, ctx, tr, tmSpecs(t, 4000))
+	ctx, tr, cli := tmLeadingWithTree(t)
 
 	live, err := cli.Grant(ctx, 30)
 	if err != nil {
@@ -495,12 +490,7 @@ func TestTermCommitRebuildsAfterDeadLease(t *testing.T) {
 // (reserved, then released): etcd refuses such a Txn, so the group commits
 // only because dedupeOps keeps the last operation on the key.
 func TestTermCommitSameKeyTwice(t *testing.T) {
-	ev := newEnv(t, 0, 5)
-	ctx := ctxT(t, 60*time.Second)
-	cli := ev.etcdClient()
-	t.Cleanup(func() { cli.Close() })
-	tr, _ := tmLeading(t, ev, cli)
-	tmCommitTree(t, ctx, tr, tmSpecs(t, 4000))
+	ctx, tr, cli := tmLeadingWithTree(t)
 
 	reserve, release := tmReserve("x", 1000, 0, nil), tmCall(opRelease, "x")
 	groupBefore := tr.group
@@ -619,12 +609,7 @@ func TestAwaitAnswerAfterTermEnded(t *testing.T) {
 
 // The time a term spends applying calls is counted (Stats.ApplyTime).
 func TestTermCommitCountsApplyTime(t *testing.T) {
-	ev := newEnv(t, 0, 5)
-	ctx := ctxT(t, 60*time.Second)
-	cli := ev.etcdClient()
-	t.Cleanup(func() { cli.Close() })
-	tr, _ := tmLeading(t, ev, cli)
-	tmCommitTree(t, ctx, tr, tmSpecs(t, 4000))
+	ctx, tr, _ := tmLeadingWithTree(t)
 	before := tr.s.Stats().ApplyTime
 	if err := tr.commit(ctx, []*call{tmReserve("a", 1000, 0, nil), tmReserve("b", 1000, 0, nil)}); err != nil {
 		t.Fatal(err)
@@ -632,4 +617,17 @@ func TestTermCommitCountsApplyTime(t *testing.T) {
 	if after := tr.s.Stats().ApplyTime; after <= before {
 		t.Fatalf("ApplyTime %s after a commit of two reservations, was %s: not counted", after, before)
 	}
+}
+
+// tmLeadingWithTree starts a term that leads on a fresh embedded etcd with
+// a tree whose queue q is capped at 4000m, for tests that commit groups.
+func tmLeadingWithTree(t *testing.T) (context.Context, *term, *clientv3.Client) {
+	t.Helper()
+	ev := newEnv(t, 0, 5)
+	ctx := ctxT(t, 60*time.Second)
+	cli := ev.etcdClient()
+	t.Cleanup(func() { cli.Close() })
+	tr, _ := tmLeading(t, ev, cli)
+	tmCommitTree(t, ctx, tr, tmSpecs(t, 4000))
+	return ctx, tr, cli
 }
