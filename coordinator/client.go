@@ -48,6 +48,8 @@ type ClientConfig struct {
 	MaxInflightBatches int
 	// Tracer provides the shard-side spans; nil means no tracing.
 	Tracer trace.TracerProvider
+	// Token is sent with every call (the servers' Config.Token).
+	Token string
 }
 
 // DefaultClientConfig returns 8 attempts with 25 ms to 1 s backoff, enough to
@@ -244,7 +246,7 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte) (
 	if err != nil {
 		return Result{}, false, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	c.setHeaders(req)
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -266,6 +268,14 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte) (
 		return Result{Seq: rep.Seq}, retry, err
 	}
 	return resultOf(rep), false, nil
+}
+
+// setHeaders marks a request as JSON and, with a token, authenticates it.
+func (c *Client) setHeaders(req *http.Request) {
+	req.Header.Set("Content-Type", "application/json")
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
 }
 
 func (c *Client) leaderAddr(ctx context.Context) (string, error) {
@@ -435,7 +445,7 @@ func (c *Client) postBatch(addr string, items []batchItem) ([]reply, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	c.setHeaders(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -69,6 +70,7 @@ const (
 	codeNotLeader   = "not_leader"
 	codeUnavailable = "unavailable"
 	codeSession     = "session_expired"
+	codeUnauth      = "unauthenticated"
 )
 
 func toWire(err error) (int, *wireError) {
@@ -104,6 +106,8 @@ func fromWire(w *wireError) error {
 		return &wrapped{ErrNotLeader, w.Message}
 	case codeSession:
 		return &wrapped{ErrSessionExpired, w.Message}
+	case codeUnauth:
+		return &wrapped{ErrUnauthenticated, w.Message}
 	}
 	return &wrapped{ErrUnavailable, w.Message}
 }
@@ -119,7 +123,26 @@ func (w *wrapped) Unwrap() error { return w.sentinel }
 
 const maxBody = 4 << 20
 
+// handler is the HTTP API, behind the token check when a token is set.
 func (s *Server) handler() http.Handler {
+	api := s.routes()
+	if s.cfg.Token == "" {
+		return api
+	}
+	want := []byte("Bearer " + s.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(reply{Error: &wireError{Code: codeUnauth,
+				Message: "coordinator: the call does not carry the shards' token (Authorization: Bearer)"}})
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	decode := func(w http.ResponseWriter, r *http.Request, v any) bool {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))

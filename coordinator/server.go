@@ -25,6 +25,8 @@ var (
 	ErrNotLeader      = errors.New("not the coordinator leader")
 	ErrUnavailable    = errors.New("coordinator unavailable")
 	ErrSessionExpired = errors.New("shard session lease expired")
+	// ErrUnauthenticated: the call did not carry the shared token.
+	ErrUnauthenticated = errors.New("coordinator call not authenticated")
 )
 
 // Config configures a Server. Use DefaultConfig and override.
@@ -38,6 +40,10 @@ type Config struct {
 	// AdvertiseAddr is the address clients use to reach this server; empty
 	// means the listener's address.
 	AdvertiseAddr string
+	// Token, when set, is the secret every call must carry
+	// ("Authorization: Bearer <token>"); any other call is refused 401
+	// before it is read. Empty accepts every caller (tests, loopback).
+	Token string
 	// SessionTTL is the leader's etcd session TTL in seconds: a leader that
 	// stops without resigning is replaced within about this time.
 	SessionTTL int

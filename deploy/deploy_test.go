@@ -503,7 +503,46 @@ func checkShards(t *testing.T, objs objects, keys keyPolicy) (appsv1.StatefulSet
 	case keys == generatedKey && !validGossipKey(key):
 		t.Errorf("generated gossip key in Secret %s is not a usable key: %q", secret.Name, key)
 	}
+
+	// The coordinator token file is an item of a Secret of the output, by
+	// the same policy: a placeholder the shard refuses, or a usable token.
+	tokenFile := f["coordinator-token-file"]
+	if tokenFile == "" {
+		t.Fatalf("shards get no --coordinator-token-file: their coordinator API would serve any caller")
+	}
+	if _, insecure := f["insecure-coordinator"]; insecure {
+		t.Errorf("shards run with --insecure-coordinator")
+	}
+	tsecret := secretBehind(t, objs, sts, tokenFile)
+	var token []byte
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == tsecret.Name {
+			for _, it := range v.Secret.Items {
+				if it.Path == filepath.Base(tokenFile) {
+					token = tsecret.Data[it.Key]
+				}
+			}
+		}
+	}
+	switch {
+	case keys == placeholderKey && (validToken(token) || !strings.Contains(string(token), "REPLACE-ME")):
+		t.Errorf("coordinator token Secret %s holds %q: the repository must ship an invalid REPLACE-ME placeholder, never a usable token", tsecret.Name, token)
+	case keys == generatedKey && !validToken(token):
+		t.Errorf("generated coordinator token in Secret %s is not a usable token: %q", tsecret.Name, token)
+	}
 	return sts, f
+}
+
+// validToken mirrors the shard's token reader: standard base64 of at least
+// 24 bytes.
+func validToken(b []byte) bool {
+	s := strings.TrimSpace(string(b))
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding} {
+		if dec, err := enc.DecodeString(s); err == nil {
+			return len(dec) >= 24
+		}
+	}
+	return false
 }
 
 // How the gossip key Secret is filled: deploy/ ships a placeholder that

@@ -130,7 +130,7 @@ func TestHelmChartIsTheDeployInstall(t *testing.T) {
 
 // TestHelmChartExternalEtcd renders the external-etcd example: no etcd of
 // its own, the endpoints and the client TLS files from the named Secret, no
-// generated gossip key (an existing Secret is named), a ServiceMonitor and
+// generated gossip key or coordinator token (existing Secrets are named), a ServiceMonitor and
 // the OTel variables; and refuses values that cannot work, naming them.
 func TestHelmChartExternalEtcd(t *testing.T) {
 	objs, err := helmTemplate(t, namespace, "-f", externalEtcdChart)
@@ -143,7 +143,7 @@ func TestHelmChartExternalEtcd(t *testing.T) {
 		}
 		if kindOf(o) == "Secret" {
 			name, _ := meta(o)
-			t.Errorf("Secret %s rendered though gossip.existingSecret is set", name)
+			t.Errorf("Secret %s rendered though gossip.existingSecret and coordinator.existingSecret are set", name)
 		}
 	}
 	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
@@ -163,7 +163,7 @@ func TestHelmChartExternalEtcd(t *testing.T) {
 			vols[v.Name] = v.Secret.SecretName
 		}
 	}
-	if vols["etcd-tls"] != "shardsched-etcd-tls" || vols["gossip-key"] != "shardsched-gossip-key" {
+	if vols["etcd-tls"] != "shardsched-etcd-tls" || vols["gossip-key"] != "shardsched-gossip-key" || vols["coordinator-token"] != "shardsched-coordinator-token" {
 		t.Errorf("secret volumes %v", vols)
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {

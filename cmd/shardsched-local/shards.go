@@ -42,6 +42,11 @@ const statusNamespace = "shardsched"
 func startShards(dir, bin, kubeconfig, etcd string, n, partitions int, schedulerName string, env []string) ([]*shardProc, error) {
 	var out []*shardProc
 	var seed string
+	// The shards share one coordinator token, made for this run.
+	tokenFile := filepath.Join(dir, "coordinator.token")
+	if err := cluster.WriteToken(tokenFile); err != nil {
+		return nil, err
+	}
 	for i := 0; i < n; i++ {
 		gp, err := cluster.FreePort()
 		if err != nil {
@@ -62,6 +67,7 @@ func startShards(dir, bin, kubeconfig, etcd string, n, partitions int, scheduler
 			"--http-addr=127.0.0.1:" + strconv.Itoa(hp), "--coordinator-addr=127.0.0.1:" + strconv.Itoa(cp),
 			"--scheduler-name=" + schedulerName, "--partitions=" + strconv.Itoa(partitions), "--session-ttl=5",
 			"--status-flush-interval=1s", "--status-namespace=" + statusNamespace,
+			"--coordinator-token-file=" + tokenFile,
 		}
 		if seed != "" {
 			args = append(args, "--join="+seed)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,6 +47,8 @@ type options struct {
 	implicitGroups                                bool
 	version                                       bool
 	statusNamespace                               string
+	coordTokenFile                                string
+	insecureCoordinator                           bool
 }
 
 // errVersion is parse's answer to --version: print the version and stop.
@@ -74,6 +77,10 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz, /readyz")
 	fs.StringVar(&o.coordAddr, "coordinator-addr", ":7070", "coordinator listen address")
 	fs.StringVar(&o.coordAdvertise, "coordinator-advertise-addr", "", "coordinator URL other shards use (default http://$POD_IP:port)")
+	fs.StringVar(&o.coordTokenFile, "coordinator-token-file", "",
+		"file holding the token every shard's coordinator calls carry (base64, at least 24 bytes: head -c 32 /dev/urandom | base64); the same on every shard")
+	fs.BoolVar(&o.insecureCoordinator, "insecure-coordinator", false,
+		"run the coordinator API without a token: any caller that reaches its port is served (a trusted network only)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "bound on a graceful stop")
 	fs.BoolVar(&o.implicitGroups, "implicit-podgroups", true,
@@ -108,6 +115,10 @@ func (o *options) validate() error {
 		return errors.New("--etcd-cert-file and --etcd-key-file go together")
 	case o.shutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout=%s: must be positive", o.shutdownTimeout)
+	case o.coordTokenFile == "" && !o.insecureCoordinator:
+		return errors.New("--coordinator-token-file is required (the token shards present to the coordinator; --insecure-coordinator to run without one on a trusted network)")
+	case o.coordTokenFile != "" && o.insecureCoordinator:
+		return errors.New("--coordinator-token-file and --insecure-coordinator exclude each other")
 	}
 	if _, _, err := net.SplitHostPort(o.coordAddr); err != nil {
 		return fmt.Errorf("--coordinator-addr=%q: %v", o.coordAddr, err)
@@ -117,6 +128,29 @@ func (o *options) validate() error {
 		return fmt.Errorf("--log-level=%q: %v", o.logLevel, err)
 	}
 	return nil
+}
+
+// minTokenBytes is the least random bytes a coordinator token must hold.
+const minTokenBytes = 24
+
+// readToken reads the coordinator token: standard base64 (padded or not)
+// of at least minTokenBytes bytes, surrounding space ignored. A
+// placeholder or a short token is refused with a message naming the flag.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--coordinator-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding} {
+		if raw, err := enc.DecodeString(tok); err == nil {
+			if len(raw) < minTokenBytes {
+				return "", fmt.Errorf("--coordinator-token-file=%s: the token holds %d bytes, want at least %d (head -c 32 /dev/urandom | base64)", path, len(raw), minTokenBytes)
+			}
+			return tok, nil
+		}
+	}
+	return "", fmt.Errorf("--coordinator-token-file=%s: not a base64 token (head -c 32 /dev/urandom | base64)", path)
 }
 
 func splitList(s string) []string {
@@ -198,6 +232,11 @@ func run(o options, log *slog.Logger) error {
 	sc.Join, sc.GossipKeyFile, sc.Partitions, sc.SessionTTL, sc.GossipProfile = splitList(o.join), o.gossipKeyFile, o.partitions, o.sessionTTL, o.gossipProfile
 	cc := coordinator.DefaultConfig()
 	cc.ListenAddr, cc.SessionTTL = o.coordAddr, o.sessionTTL
+	if o.coordTokenFile != "" {
+		if cc.Token, err = readToken(o.coordTokenFile); err != nil {
+			return err
+		}
+	}
 	cc.AdvertiseAddr = o.coordAdvertise
 	if cc.AdvertiseAddr == "" && os.Getenv("POD_IP") != "" {
 		_, port, _ := net.SplitHostPort(o.coordAddr)

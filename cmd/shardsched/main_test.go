@@ -1,13 +1,16 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 func TestFlagsValidateNamesTheFlag(t *testing.T) {
-	base := []string{"--shard-name=s0", "--etcd-endpoints=127.0.0.1:2379"}
+	base := []string{"--shard-name=s0", "--etcd-endpoints=127.0.0.1:2379", "--insecure-coordinator"}
 	cases := []struct {
 		args []string
 		want string
@@ -21,6 +24,8 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		{append(base, "--etcd-cert-file=/x"), "--etcd-cert-file"},
 		{append(base, "--coordinator-addr=nonsense"), "--coordinator-addr"},
 		{append(base, "--log-level=loud"), "--log-level"},
+		{[]string{"--shard-name=s0", "--etcd-endpoints=x"}, "--coordinator-token-file"},
+		{append(base, "--coordinator-token-file=/x"), "--coordinator-token-file"},
 	}
 	for _, c := range cases {
 		_, err := parse(c.args)
@@ -36,7 +41,7 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 // Implicit PodGroups are on by default and off with the flag (Volcano's
 // podgroup controller creates them when it runs beside the shards).
 func TestImplicitPodGroupsFlag(t *testing.T) {
-	base := []string{"--shard-name=s0", "--etcd-endpoints=127.0.0.1:2379"}
+	base := []string{"--shard-name=s0", "--etcd-endpoints=127.0.0.1:2379", "--insecure-coordinator"}
 	o, err := parse(base)
 	if err != nil || !o.implicitGroups {
 		t.Fatalf("default: implicit %v err %v, want on", o.implicitGroups, err)
@@ -58,5 +63,35 @@ func TestVersionFlag(t *testing.T) {
 	}
 	if _, err := parse([]string{"--shard-name=s0", "--etcd-endpoints=x"}); errors.Is(err, errVersion) {
 		t.Fatal("errVersion without --version")
+	}
+}
+
+// The coordinator token is standard base64 of at least 24 bytes; the
+// deploy/ placeholder, a short token or a missing file are refused with a
+// message naming the flag.
+func TestReadToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	if tok, err := readToken(write("good", good+"\n")); err != nil || tok != good {
+		t.Fatalf("readToken(a 32-byte token) = %q, %v; want it, trimmed", tok, err)
+	}
+	for name, content := range map[string]string{
+		"placeholder": "REPLACE-ME-with-a-random-token-see-deploy-README",
+		"short":       base64.StdEncoding.EncodeToString([]byte("sixteen bytes!!!")),
+		"empty":       "",
+	} {
+		if _, err := readToken(write(name, content)); err == nil || !strings.Contains(err.Error(), "--coordinator-token-file") {
+			t.Errorf("readToken(%s) = %v, want an error naming --coordinator-token-file", name, err)
+		}
+	}
+	if _, err := readToken(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "--coordinator-token-file") {
+		t.Errorf("readToken(missing file) = %v, want an error naming the flag", err)
 	}
 }

@@ -132,7 +132,7 @@ func New(ctx context.Context, o Options, p Ports) (_ *Proc, err error) {
 	}
 	pr.partitions = pr.Shard.Partitions()
 	qcfg := coordinator.DefaultClientConfig()
-	qcfg.Prefix, qcfg.Shard, qcfg.LeaseFunc, qcfg.Tracer = ccfg.Prefix, o.Name, pr.Shard.Lease, o.Tracer
+	qcfg.Prefix, qcfg.Shard, qcfg.LeaseFunc, qcfg.Tracer, qcfg.Token = ccfg.Prefix, o.Name, pr.Shard.Lease, o.Tracer, ccfg.Token
 	if pr.Quota, err = coordinator.NewClient(o.Etcd, qcfg); err != nil {
 		return nil, err
 	}

@@ -26,6 +26,10 @@ app.kubernetes.io/component: coordinator-store
 {{- printf "%s-etcd" (include "shardsched.fullname" .) -}}
 {{- end -}}
 
+{{- define "shardsched.coordinatorSecret" -}}
+{{- .Values.coordinator.existingSecret | default (printf "%s-coordinator-token" (include "shardsched.fullname" .)) -}}
+{{- end -}}
+
 {{- define "shardsched.gossipSecret" -}}
 {{- .Values.gossip.existingSecret | default (printf "%s-gossip-key" (include "shardsched.fullname" .)) -}}
 {{- end -}}
