@@ -168,6 +168,11 @@ func startChaosShards(dir, bin, kubeconfig, etcd string, n int, schedName string
 		return nil, err
 	}
 	var seed string
+	// The shards share one coordinator token, made for this run.
+	tokenFile := filepath.Join(dir, "coordinator.token")
+	if err := cluster.WriteToken(tokenFile); err != nil {
+		return nil, err
+	}
 	for i := 0; i < n; i++ {
 		var ports [3]int
 		for k := range ports {
@@ -192,6 +197,7 @@ func startChaosShards(dir, bin, kubeconfig, etcd string, n int, schedName string
 			"--http-addr=" + httpAddr, "--coordinator-addr=127.0.0.1:" + strconv.Itoa(ports[2]),
 			"--scheduler-name=" + schedName, "--partitions=" + strconv.Itoa(chaosPartitions),
 			"--session-ttl=" + strconv.Itoa(chaosSessionTTL), "--log-level=info",
+			"--coordinator-token-file=" + tokenFile,
 		}
 		if seed != "" {
 			args = append(args, "--join="+seed)
