@@ -23,6 +23,8 @@ type fakeOwnership struct {
 	mu      sync.Mutex
 	notHeld map[string]bool
 	uses    map[string]int
+	// until is the deadline UseUntil gives (zero: none).
+	until time.Time
 }
 
 func (f *fakeOwnership) Holds(key string) bool {
@@ -39,6 +41,15 @@ func (f *fakeOwnership) Use(key string) bool {
 	}
 	f.uses[key]++
 	return true
+}
+
+func (f *fakeOwnership) UseUntil(key string) (time.Time, bool) {
+	if !f.Use(key) {
+		return time.Time{}, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.until, true
 }
 
 func (f *fakeOwnership) Done(key string) {
@@ -169,11 +180,15 @@ type fakeBinder struct {
 	claims   *fakeClaims
 	binds    map[string]string // task UID → node
 	unfenced int               // binds of a claimed job outside Claims.Use
+	// deadlines are the bind calls' context deadlines (zero: none).
+	deadlines []time.Time
 }
 
-func (f *fakeBinder) Bind(_ context.Context, t *api.Task, node string) error {
+func (f *fakeBinder) Bind(ctx context.Context, t *api.Task, node string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	d, _ := ctx.Deadline()
+	f.deadlines = append(f.deadlines, d)
 	if f.claims != nil && f.claims.claimedJob(t) && f.claims.uses(t) == 0 {
 		f.unfenced++
 	}
@@ -607,5 +622,40 @@ func TestCapacityPublished(t *testing.T) {
 	pub = r.peers.published
 	if len(pub) != 2 || pub[1].FreeMilliCPU != 28000 || pub[1].LargestCPU != 16000 {
 		t.Fatalf("published %+v, want a second summary with 28 CPU free, largest 16", pub)
+	}
+}
+
+// A bind's deadline is the partition use's (the shard may lose the record
+// with its lease soon after), never CallTimeout beyond it; with a lease
+// far ahead, CallTimeout bounds it.
+func TestBindDeadlineBoundedByTheUse(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("n1", 32)
+	until := time.Now().Add(3 * time.Second)
+	r.own.mu.Lock()
+	r.own.until = until
+	r.own.mu.Unlock()
+	r.gang("near", 2, 1)
+	r.cycles(t, 3)
+	r.own.mu.Lock()
+	r.own.until = time.Now().Add(time.Hour)
+	r.own.mu.Unlock()
+	r.gang("far", 2, 1)
+	r.cycles(t, 3)
+
+	r.binder.mu.Lock()
+	defer r.binder.mu.Unlock()
+	if len(r.binder.deadlines) != 4 {
+		t.Fatalf("%d binds, want 4", len(r.binder.deadlines))
+	}
+	for i, d := range r.binder.deadlines[:2] {
+		if d.IsZero() || d.After(until) {
+			t.Errorf("bind %d under a use that ends at %s had deadline %s", i, until.Format(time.StampMilli), d.Format(time.StampMilli))
+		}
+	}
+	for i, d := range r.binder.deadlines[2:] {
+		if d.IsZero() || d.After(time.Now().Add(DefaultConfig().CallTimeout)) {
+			t.Errorf("bind %d with the lease an hour ahead had deadline %s, want within CallTimeout", i+2, d.Format(time.StampMilli))
+		}
 	}
 }

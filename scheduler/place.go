@@ -279,12 +279,23 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		}
 		key := wire.PartitionKey(wire.Partition(r.node, s.cfg.Partitions))
 		leave, err := s.enterBind(r)
+		var until time.Time
+		var used bool
+		if err == nil {
+			until, used = s.deps.Ownership.UseUntil(key)
+		}
 		switch {
 		case err != nil:
-		case s.deps.Ownership.Use(key):
+		case used:
 			bctx, span := s.tracer.Start(ctx, "scheduler.bind", trace.WithAttributes(
 				attribute.String("pod", r.task.Key()), attribute.String("node", r.node), attribute.String("job", r.job.Key())))
-			cctx, cancel := context.WithTimeout(bctx, s.cfg.CallTimeout)
+			// No bind may complete after the partition's record could be
+			// another shard's: the call's deadline is the use's.
+			deadline := time.Now().Add(s.cfg.CallTimeout)
+			if !until.IsZero() && until.Before(deadline) {
+				deadline = until
+			}
+			cctx, cancel := context.WithDeadline(bctx, deadline)
 			err = s.deps.Binder.Bind(cctx, &r.task, r.node)
 			cancel()
 			if err != nil {

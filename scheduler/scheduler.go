@@ -53,6 +53,10 @@ type Quota interface {
 type Ownership interface {
 	Holds(key string) bool
 	Use(key string) bool
+	// UseUntil is Use that also says by when the use must end: the shard
+	// may lose the key's record soon after (its lease), so a bind under
+	// the key gets no later deadline.
+	UseUntil(key string) (deadline time.Time, ok bool)
 	Done(key string)
 }
 

@@ -20,6 +20,23 @@
 // shard that sees its record deleted or its session expire stops using the
 // key at once.
 //
+// # Why a bind cannot outlive the record
+//
+// The lease is known alive until T (the last keepalive answer's arrival
+// plus the TTL; the lease cannot expire earlier than the server's renewal
+// plus the TTL, which is no later). Uses start only before T − margin
+// (LeaseMargin, a third of the TTL by default), and each use is given the
+// deadline T − margin/2 (UseUntil): the scheduler's bind call gets no later
+// deadline, so a bind begun under a record ends, one way or the other,
+// before the lease, and so the record, could be gone. A cut-off shard whose
+// keepalives stop therefore stops binding before another shard can acquire
+// its keys, whatever its binds' call timeout. Not covered here: the API
+// server may still apply a request whose client gave up at the deadline a
+// moment later (the margin/2 left is that allowance), and a new holder's
+// cache may not yet have seen the previous holder's last binds (it rebuilds
+// the node's books when they disagree; issue 17's fault harness is to
+// measure both).
+//
 // # Claims
 //
 // A job that does not fit on its queue owner's partitions can be handed to

@@ -271,6 +271,13 @@ func (m *Machine) Epoch(key string) (int64, bool) {
 // alive beyond the margin. For the machine's one owner, as Epoch.
 func (m *Machine) LeaseFresh() bool { return m.leaseFresh() }
 
+// UseDeadline is when a use begun now must have ended: half the lease
+// margin before the lease is known alive until. Uses start only until a
+// whole margin before it, so a use has at least half the margin; one that
+// ran longer could act after the lease (and so the key's record) may be
+// gone and another shard holds the key.
+func (m *Machine) UseDeadline() time.Time { return m.leaseUntil.Add(-m.cfg.LeaseMargin / 2) }
+
 // State returns the state of key and its in-flight uses.
 func (m *Machine) State(key string) (KeyState, int) {
 	k, ok := m.keys[key]

@@ -875,3 +875,30 @@ func (f *fatalTB) fail(msg string) {
 	}
 	runtime.Goexit()
 }
+
+// A use's deadline is half the lease margin before the lease is known
+// alive until; uses start only up to a whole margin before it, so every
+// use has at least half the margin to end before the record could be lost.
+func TestUseDeadlineBeforeTheLeaseEnds(t *testing.T) {
+	m := NewMachine(scnConfig, scnStart)
+	leaseUntil := scnStart.Add(10 * time.Second)
+	m.LeaseRenewed(leaseUntil)
+	m.SetDesired([]string{"p/1"})
+	m.Acquired("p/1", 5)
+	if _, ok := m.Use("p/1"); !ok {
+		t.Fatal("a held key with a fresh lease cannot be used")
+	}
+	m.Done("p/1")
+	want := leaseUntil.Add(-scnConfig.LeaseMargin / 2)
+	if got := m.UseDeadline(); !got.Equal(want) {
+		t.Fatalf("UseDeadline %s, want %s (half the margin before the lease)", got, want)
+	}
+	lastStart := leaseUntil.Add(-scnConfig.LeaseMargin)
+	m.Tick(lastStart)
+	if _, ok := m.Use("p/1"); ok {
+		t.Fatalf("a use started a whole margin before the lease ends (at %s)", lastStart)
+	}
+	if left := m.UseDeadline().Sub(lastStart); left < scnConfig.LeaseMargin/2 {
+		t.Fatalf("a use started just before %s has %s to end, want at least half the margin", lastStart, left)
+	}
+}

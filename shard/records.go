@@ -59,6 +59,18 @@ func (s *Shard) Use(key string) bool {
 	return ok
 }
 
+// UseUntil starts a use of key as Use does and also returns the time by
+// which it must end (Machine.UseDeadline): a bind under the key is given no
+// later deadline, so none completes after the record could be taken.
+func (s *Shard) UseUntil(key string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m.Use(key); !ok {
+		return time.Time{}, false
+	}
+	return s.m.UseDeadline(), true
+}
+
 // Done ends a use started by Use.
 func (s *Shard) Done(key string) { s.apply(func(m *Machine) []Action { return m.Done(key) }) }
 
