@@ -32,10 +32,12 @@
 // keepalives stop therefore stops binding before another shard can acquire
 // its keys, whatever its binds' call timeout. Not covered here: the API
 // server may still apply a request whose client gave up at the deadline a
-// moment later (the margin/2 left is that allowance), and a new holder's
-// cache may not yet have seen the previous holder's last binds (it rebuilds
-// the node's books when they disagree; issue 17's fault harness is to
-// measure both).
+// moment later (the margin/2 left is that allowance). A new holder may not
+// yet have seen the previous holder's last binds in its informers: it keeps
+// books for (and places on) a partition's nodes only once it has held the
+// key for a quiet period (HeldFor; internal/shardproc's HandoverQuiet, 1 s),
+// and rebuilds a node's books when they disagree with the truth. Neither
+// allowance is proven by a fault run yet (issue 17's harness).
 //
 // # Claims
 //

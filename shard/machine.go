@@ -70,7 +70,8 @@ type keyInfo struct {
 	state    KeyState
 	inflight int
 	retryAt  time.Time
-	epoch    int64 // create revision of our record, while held
+	epoch    int64     // create revision of our record, while held
+	heldAt   time.Time // when it last became held
 	// lostWhileAcquiring: a Lost arrived while the acquire was in flight;
 	// its result must not make the key usable.
 	lostWhileAcquiring bool
@@ -156,7 +157,7 @@ func (m *Machine) Acquired(key string, epoch int64) []Action {
 			k.lostWhileAcquiring = false
 			k.state, k.mustRelease = Draining, true
 		} else {
-			k.state, k.epoch = Held, epoch
+			k.state, k.epoch, k.heldAt = Held, epoch, m.now
 		}
 	}
 	return m.stepKey(key)
@@ -288,13 +289,18 @@ func (m *Machine) State(key string) (KeyState, int) {
 }
 
 // Held returns the usable keys, sorted.
-func (m *Machine) Held() []string {
+func (m *Machine) Held() []string { return m.HeldFor(0) }
+
+// HeldFor returns the keys usable now that have been held for at least d
+// (by the machine's clock), sorted: a key just taken over from another
+// shard can wait until what the previous holder did with it is seen.
+func (m *Machine) HeldFor(d time.Duration) []string {
 	if !m.leaseFresh() {
 		return nil
 	}
 	var out []string
 	for key, k := range m.keys {
-		if k.state == Held {
+		if k.state == Held && m.now.Sub(k.heldAt) >= d {
 			out = append(out, key)
 		}
 	}

@@ -902,3 +902,28 @@ func TestUseDeadlineBeforeTheLeaseEnds(t *testing.T) {
 		t.Fatalf("a use started just before %s has %s to end, want at least half the margin", lastStart, left)
 	}
 }
+
+// A key just taken over is left out of HeldFor until it has been held for
+// the period asked, by the machine's clock; Held has every usable key.
+func TestHeldForWaitsAfterAcquire(t *testing.T) {
+	m := NewMachine(scnConfig, scnStart)
+	m.LeaseRenewed(scnStart.Add(time.Minute))
+	m.SetDesired([]string{"p/1", "p/2"})
+	m.Acquired("p/1", 5)
+	m.Tick(scnStart.Add(500 * time.Millisecond))
+	m.Acquired("p/2", 6)
+	if got := m.Held(); len(got) != 2 {
+		t.Fatalf("Held() = %v, want both keys", got)
+	}
+	if got := m.HeldFor(time.Second); len(got) != 0 {
+		t.Fatalf("HeldFor(1s) at 0.5 s = %v, want none", got)
+	}
+	m.Tick(scnStart.Add(time.Second))
+	if got := m.HeldFor(time.Second); len(got) != 1 || got[0] != "p/1" {
+		t.Fatalf("HeldFor(1s) at 1 s = %v, want [p/1] (held since 0 s)", got)
+	}
+	m.Tick(scnStart.Add(1500 * time.Millisecond))
+	if got := m.HeldFor(time.Second); len(got) != 2 {
+		t.Fatalf("HeldFor(1s) at 1.5 s = %v, want both", got)
+	}
+}

@@ -38,6 +38,13 @@ func (s *Shard) Owned() []string {
 	return s.m.Held()
 }
 
+// OwnedFor is Owned restricted to the keys held for at least d.
+func (s *Shard) OwnedFor(d time.Duration) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.HeldFor(d)
+}
+
 // heldEpoch returns the create revision of this shard's ownership record
 // of key, if the key is usable now. It takes s.mu, which guards the
 // machine; Claims calls it without holding Claims.mu (it never holds its

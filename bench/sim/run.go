@@ -135,6 +135,13 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	if err := s.waitOwners(ctx, time.Minute); err != nil {
 		return report.Run{}, err
 	}
+	// A partition's nodes are placed on once it has been held for the
+	// hand-over quiet period (wall clock): the virtual clock starts after.
+	select {
+	case <-ctx.Done():
+		return report.Run{}, ctx.Err()
+	case <-time.After(shardproc.DefaultHandoverQuiet):
+	}
 	if err := s.waitTree(ctx, time.Minute); err != nil {
 		return report.Run{}, err
 	}

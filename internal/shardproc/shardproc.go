@@ -43,7 +43,16 @@ type Options struct {
 	Status      status.Config
 	Logger      *slog.Logger
 	Tracer      trace.TracerProvider // nil: no tracing
+	// HandoverQuiet is how long a partition must have been held before its
+	// nodes' books are kept and placed on (DefaultHandoverQuiet when 0):
+	// the previous holder's last binds ended before its lease could expire
+	// (shard.Shard.UseUntil), and this is the allowance for this shard's
+	// informers to show them.
+	HandoverQuiet time.Duration
 }
+
+// DefaultHandoverQuiet is Options.HandoverQuiet's default.
+const DefaultHandoverQuiet = time.Second
 
 // Ports are what the environment provides: the API server's or the
 // simulator's.
@@ -78,6 +87,7 @@ type Proc struct {
 
 	log        *slog.Logger
 	partitions int
+	quiet      time.Duration
 	nodeState  func(string) (api.Node, []api.Task, bool)
 	// pushTree holds the latest valid queue specs not yet sent; a newer
 	// list replaces an unsent one (pushMu makes drain-and-send atomic).
@@ -102,7 +112,10 @@ func New(ctx context.Context, o Options, p Ports) (_ *Proc, err error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := o.Logger.With("shard", o.Name)
-	pr := &Proc{Name: o.Name, log: log, nodeState: p.NodeState, pushTree: make(chan []api.QueueSpec, 1)}
+	pr := &Proc{Name: o.Name, log: log, nodeState: p.NodeState, pushTree: make(chan []api.QueueSpec, 1), quiet: o.HandoverQuiet}
+	if pr.quiet <= 0 {
+		pr.quiet = DefaultHandoverQuiet
+	}
 	defer func() {
 		if err == nil {
 			return
@@ -221,11 +234,12 @@ func (pr *Proc) Wait() { pr.wg.Wait() }
 // Close releases the quota client; call it after Wait.
 func (pr *Proc) Close() { pr.Quota.Close() }
 
-// SyncOwnership gives the cache the nodes whose partitions this shard now
-// holds and rebuilds the books of nodes out of sync from the truth. Called
-// by one goroutine at a time (the ownership loop, or the driver).
+// SyncOwnership gives the cache the nodes whose partitions this shard has
+// held for HandoverQuiet and rebuilds the books of nodes out of sync from
+// the truth. Called by one goroutine at a time (the ownership loop, or the
+// driver).
 func (pr *Proc) SyncOwnership() {
-	held := pr.Shard.Owned()
+	held := pr.Shard.OwnedFor(pr.quiet)
 	if !slices.Equal(held, pr.owned) {
 		pr.owned = held
 		set := make(map[string]bool, len(held))
