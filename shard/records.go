@@ -115,8 +115,24 @@ func (s *Shard) execute(acts []Action) {
 	}()
 }
 
+// opContext bounds one record operation by d and by the shard's run: an
+// acquire or release still in flight when Run returns is abandoned (a
+// graceful stop revoked the lease, which deletes every record of ours; a
+// crash leaves them to expire with it).
+func (s *Shard) opContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-s.stopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 func (s *Shard) acquire(sess *concurrency.Session, key string) func() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := s.opContext(5 * time.Second)
 	defer cancel()
 	k := s.ownPrefix() + key
 	val, _ := json.Marshal(record{Shard: s.cfg.Name, Lease: int64(sess.Lease())})
@@ -146,7 +162,7 @@ func (s *Shard) acquire(sess *concurrency.Session, key string) func() {
 }
 
 func (s *Shard) release(sess *concurrency.Session, key string) func() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := s.opContext(5 * time.Second)
 	defer cancel()
 	k := s.ownPrefix() + key
 	// Delete only our own record (same lease).
