@@ -148,7 +148,7 @@ func (l *Ledger) Reserve(req ReserveRequest) (res Reservation, existed bool, err
 		}
 	}
 	if qe := l.overAt(path, req.Amount); qe != nil {
-		if picks, ok := l.plan(req, path); ok {
+		if picks, ok := l.plan(req, path, qe); ok {
 			return l.applyPlan(req, path, picks), false, nil
 		}
 		return Reservation{}, false, qe

@@ -117,8 +117,9 @@ func (p *planning) add(k *pick) {
 }
 
 // plan chooses the victims that make req fit on path, or reports that none
-// do. It changes nothing.
-func (l *Ledger) plan(req ReserveRequest, path []string) ([]*pick, bool) {
+// do; qe is why req does not fit as things stand (overAt's answer, never
+// nil). It changes nothing.
+func (l *Ledger) plan(req ReserveRequest, path []string, qe *QuotaError) ([]*pick, bool) {
 	terms := req.Terms
 	if terms == nil || !terms.Reclaim {
 		return nil, false
@@ -152,10 +153,6 @@ func (l *Ledger) plan(req ReserveRequest, path []string) ([]*pick, bool) {
 		// if it could take quota back from the level over capability at
 		// all (its levels below it stay within their deserved share);
 		// else it is refused, so a borrower never takes what is going.
-		qe := l.overAt(path, req.Amount)
-		if qe == nil {
-			return nil, false
-		}
 		over := slices.Index(path, qe.Queue)
 		for i := range over {
 			if !l.withinDeserved(path[i], req.Amount, future) {

@@ -210,11 +210,16 @@ func (tc *testCluster) start(name string, join ...string) *running {
 // gossip goes through a dropTransport (r.tr).
 func (tc *testCluster) startWith(name string, edit func(*Config)) *running {
 	tc.t.Helper()
+	return tc.startOn(name, tc.etcd(), edit)
+}
+
+// startOn is startWith over the given etcd client (closed with the shard).
+func (tc *testCluster) startOn(name string, cli *clientv3.Client, edit func(*Config)) *running {
+	tc.t.Helper()
 	cfg := tc.config(name)
 	edit(&cfg)
 	tr := newDropTransport(tc.t)
 	cfg.Transport = tr
-	cli := tc.etcd()
 	s, err := New(context.Background(), cli, cfg)
 	if err != nil {
 		tr.Shutdown()

@@ -1,7 +1,7 @@
 package shard
 
 import (
-	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,13 +22,18 @@ import (
 // after it holds the key, which is no earlier than the record's creation.
 func TestEtcdIsolatedShardUsesEndBeforeItsKeysMove(t *testing.T) {
 	tc := newTestCluster(t)
-	px, err := faults.Listen(stripScheme(tc.endpoints[0]))
+	px, err := faults.Listen(strings.TrimPrefix(tc.endpoints[0], "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = px.Close() })
 
-	iso := tc.startVia("shard-0", "http://"+px.Addr())
+	// shard-0's etcd client dials the proxy.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + px.Addr()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iso := tc.startOn("shard-0", cli, func(*Config) {})
 	other := tc.start("shard-1", iso.s.GossipAddr())
 	tc.waitConverged(15 * time.Second)
 	isoKeys := iso.s.Owned()
@@ -104,44 +109,4 @@ func TestEtcdIsolatedShardUsesEndBeforeItsKeysMove(t *testing.T) {
 	// the rest of the clean-up.
 	tc.crash("shard-0")
 	px.Resume()
-}
-
-// startVia is startWith with the shard's etcd client dialling endpoint (a
-// fault proxy in front of the cluster's etcd).
-func (tc *testCluster) startVia(name, endpoint string) *running {
-	tc.t.Helper()
-	cfg := tc.config(name)
-	tr := newDropTransport(tc.t)
-	cfg.Transport = tr
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	s, err := New(context.Background(), cli, cfg)
-	if err != nil {
-		tr.Shutdown()
-		cli.Close()
-		tc.t.Fatalf("start %s: %v", name, err)
-	}
-	s.SetQueues(tc.queues)
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{s: s, cli: cli, tr: tr, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		_ = s.Run(ctx)
-	}()
-	tc.mu.Lock()
-	tc.shards[name] = r
-	tc.mu.Unlock()
-	return r
-}
-
-// stripScheme turns "http://host:port" into "host:port".
-func stripScheme(endpoint string) string {
-	for _, p := range []string{"http://", "https://"} {
-		if len(endpoint) > len(p) && endpoint[:len(p)] == p {
-			return endpoint[len(p):]
-		}
-	}
-	return endpoint
 }

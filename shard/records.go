@@ -120,15 +120,7 @@ func (s *Shard) execute(acts []Action) {
 // graceful stop revoked the lease, which deletes every record of ours; a
 // crash leaves them to expire with it).
 func (s *Shard) opContext(d time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	go func() {
-		select {
-		case <-s.stopped:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	return context.WithTimeout(s.life, d)
 }
 
 func (s *Shard) acquire(sess *concurrency.Session, key string) func() {

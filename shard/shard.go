@@ -50,6 +50,10 @@ type Shard struct {
 	// metaChanged wakes the one goroutine that re-gossips the metadata.
 	metaChanged chan struct{}
 	stopped     chan struct{}
+	// life ends when Run returns (endLife), with stopped: it bounds the
+	// record operations still in flight then (records.go, opContext).
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 // New validates cfg, opens an etcd session, claims the shard name in etcd
@@ -70,6 +74,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Shard, error) 
 		stopped: make(chan struct{}),
 		meta:    Meta{ID: cfg.Name, API: cfg.APIAddr},
 	}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	if b, err := json.Marshal(s.meta); err != nil || len(b) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("shard metadata is %d bytes, over memberlist's limit of %d (shorten the API address %q)", len(b), memberlist.MetaMaxSize, cfg.APIAddr)
 	}
@@ -117,6 +122,7 @@ func (s *Shard) Partitions() int { return s.cfg.Partitions }
 // and released its records (a graceful stop).
 func (s *Shard) Run(ctx context.Context) error {
 	defer close(s.stopped)
+	defer s.endLife()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s.joinLoop(wctx)

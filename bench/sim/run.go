@@ -176,17 +176,6 @@ func (s *sim) setHolders() {
 	s.holders.Store(&hs)
 }
 
-func (s *sim) keys() []string {
-	keys := make([]string, 0, s.cfg.Partitions+len(s.specs)+2)
-	for p := 0; p < s.cfg.Partitions; p++ {
-		keys = append(keys, wire.PartitionKey(p))
-	}
-	for _, q := range s.tree.Names() {
-		keys = append(keys, wire.QueueKey(q))
-	}
-	return keys
-}
-
 func (s *sim) keyCount() int { return s.cfg.Partitions + len(s.tree.Names()) }
 
 func (s *sim) startShard(ctx context.Context, name string) error {

@@ -7,14 +7,12 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,14 +35,11 @@ import (
 	"github.com/shardsched/shardsched/wire"
 )
 
-// The ports of the scheduling core, checked where they are wired.
+// The Kubernetes adapters of the scheduler's ports (the rest are checked
+// in internal/shardproc, where they are wired).
 var (
-	_ scheduler.Ownership = (*shard.Shard)(nil)
-	_ scheduler.Peers     = (*shard.Shard)(nil)
-	_ scheduler.Claims    = (*shard.Claims)(nil)
-	_ scheduler.Quota     = (*coordinator.Client)(nil)
-	_ scheduler.Binder    = (*kube.Binder)(nil)
-	_ scheduler.Evictor   = (*kube.Evictor)(nil)
+	_ scheduler.Binder  = (*kube.Binder)(nil)
+	_ scheduler.Evictor = (*kube.Evictor)(nil)
 )
 
 // Options configure one shard process.
@@ -164,18 +159,8 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	run := func(f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(rctx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("component stopped", "err", err)
-			}
-		}()
-	}
 	pr.Start(rctx)
-	run(reporter.Run)
+	pr.Go(rctx, reporter.Run)
 	// Volcano creates root and default when missing; so do we, without
 	// ever overwriting an operator's. A failure does not stop the shard
 	// (the tree has implicit root and default queues either way).
@@ -187,13 +172,12 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	if err := src.Start(rctx); err != nil {
 		cancel()
 		pr.Wait()
-		wg.Wait()
 		return err
 	}
 	defer src.Shutdown()
 	pr.Schedule(rctx, false)
 	if opts.StatusNamespace != "" {
-		run(func(ctx context.Context) error {
+		pr.Go(rctx, func(ctx context.Context) error {
 			publishStatus(ctx, cs, opts, sh, coord, c, pr.Sched, log)
 			return nil
 		})
@@ -206,7 +190,6 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		if err != nil {
 			cancel()
 			pr.Wait()
-			wg.Wait()
 			return fmt.Errorf("--http-addr %s: %w", opts.HTTPAddr, err)
 		}
 		hs := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
@@ -219,7 +202,6 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	<-ctx.Done()
 	cancel()
 	pr.Wait()
-	wg.Wait()
 	return nil
 }
 

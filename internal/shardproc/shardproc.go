@@ -178,8 +178,10 @@ var (
 	_ scheduler.Quota     = (*coordinator.Client)(nil)
 )
 
-// goRun runs f until ctx ends; an error other than the end of ctx is logged.
-func (pr *Proc) goRun(ctx context.Context, f func(context.Context) error) {
+// Go runs f until ctx ends, as one of the process's loops (Wait waits for
+// it); an error other than the end of ctx is logged. The environment runs
+// its own loops (an event source's reporter, a status Lease) with it.
+func (pr *Proc) Go(ctx context.Context, f func(context.Context) error) {
 	pr.wg.Add(1)
 	go func() {
 		defer pr.wg.Done()
@@ -193,9 +195,9 @@ func (pr *Proc) goRun(ctx context.Context, f func(context.Context) error) {
 // the claim store until ctx ends: what must run before the environment's
 // event source starts.
 func (pr *Proc) Start(ctx context.Context) {
-	pr.goRun(ctx, pr.Coord.Run)
-	pr.goRun(ctx, pr.Shard.Run)
-	pr.goRun(ctx, pr.Claims.Run)
+	pr.Go(ctx, pr.Coord.Run)
+	pr.Go(ctx, pr.Shard.Run)
+	pr.Go(ctx, pr.Claims.Run)
 }
 
 // Schedule runs the rest until ctx ends: the status batcher, the queue
@@ -204,16 +206,16 @@ func (pr *Proc) Start(ctx context.Context) {
 // only the bind workers (driven: the caller calls SyncOwnership and
 // Sched.Cycle itself, as the simulated bench does on its virtual clock).
 func (pr *Proc) Schedule(ctx context.Context, driven bool) {
-	pr.goRun(ctx, pr.Status.Run)
-	pr.goRun(ctx, pr.pushLoop)
+	pr.Go(ctx, pr.Status.Run)
+	pr.Go(ctx, pr.pushLoop)
 	if driven {
 		wait := pr.Sched.StartBinders(ctx)
 		pr.wg.Add(1)
 		go func() { defer pr.wg.Done(); <-ctx.Done(); wait() }()
 		return
 	}
-	pr.goRun(ctx, pr.Sched.Run)
-	pr.goRun(ctx, func(ctx context.Context) error {
+	pr.Go(ctx, pr.Sched.Run)
+	pr.Go(ctx, func(ctx context.Context) error {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -227,8 +229,8 @@ func (pr *Proc) Schedule(ctx context.Context, driven bool) {
 	})
 }
 
-// Wait returns once every loop started by Start and Schedule has stopped
-// (after their context ended).
+// Wait returns once every loop started by Start, Schedule and Go has
+// stopped (after their context ended).
 func (pr *Proc) Wait() { pr.wg.Wait() }
 
 // Close releases the quota client; call it after Wait.
