@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,13 +154,26 @@ type chaosShard struct {
 	metrics string // URL of its /metrics
 	readyz  string
 	killed  atomic.Bool // set just before the harness kills it
+	gossip  string      // the address its gossip listens on (TCP and UDP)
 	cpu0    time.Duration
 }
 
+// shardLink is where one shard process connects: its etcd endpoint, its
+// kubeconfig, and the gossip address it advertises ("" for its own).
+type shardLink struct {
+	etcd, kubeconfig, gossipAdvertise string
+}
+
+// directLinks connects every shard straight to etcd and the API server.
+func directLinks(etcd, kubeconfig string) func(int, string) (shardLink, error) {
+	return func(int, string) (shardLink, error) { return shardLink{etcd: etcd, kubeconfig: kubeconfig}, nil }
+}
+
 // startChaosShards starts n cmd/shardsched processes gossiping on loopback,
-// each in a directory of its own under dir (its log is there). On error the
-// ones started are stopped.
-func startChaosShards(dir, bin, kubeconfig, etcd string, n int, schedName string) ([]*chaosShard, error) {
+// each in a directory of its own under dir (its log is there); links says
+// where shard i connects given the address its gossip listens on. extra
+// flags are passed to every shard. On error the ones started are stopped.
+func startChaosShards(dir, bin string, n int, schedName string, links func(i int, gossip string) (shardLink, error), extra ...string) ([]*chaosShard, error) {
 	var out []*chaosShard
 	fail := func(err error) ([]*chaosShard, error) {
 		for _, s := range out {
@@ -170,6 +184,9 @@ func startChaosShards(dir, bin, kubeconfig, etcd string, n int, schedName string
 	var seed string
 	// The shards share one coordinator token, made for this run.
 	tokenFile := filepath.Join(dir, "coordinator.token")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	if err := cluster.WriteToken(tokenFile); err != nil {
 		return nil, err
 	}
@@ -187,28 +204,42 @@ func startChaosShards(dir, bin, kubeconfig, etcd string, n int, schedName string
 		if err := os.MkdirAll(sdir, 0o755); err != nil {
 			return fail(err)
 		}
+		gossip := "127.0.0.1:" + strconv.Itoa(ports[0])
+		link, err := links(i, gossip)
+		if err != nil {
+			return fail(err)
+		}
 		httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
-		// No --gossip-advertise-addr: memberlist then advertises the bound
-		// address and port (with an advertise address but no advertise
-		// port, shard.Config passes port 0 on to memberlist).
 		args := []string{
-			"--shard-name=" + name, "--kubeconfig=" + kubeconfig, "--etcd-endpoints=" + etcd,
+			"--shard-name=" + name, "--kubeconfig=" + link.kubeconfig, "--etcd-endpoints=" + link.etcd,
 			"--gossip-bind-addr=127.0.0.1", "--gossip-port=" + strconv.Itoa(ports[0]), "--gossip-profile=local",
 			"--http-addr=" + httpAddr, "--coordinator-addr=127.0.0.1:" + strconv.Itoa(ports[2]),
 			"--scheduler-name=" + schedName, "--partitions=" + strconv.Itoa(chaosPartitions),
 			"--session-ttl=" + strconv.Itoa(chaosSessionTTL), "--log-level=info",
 			"--coordinator-token-file=" + tokenFile,
 		}
+		// Without an advertise address memberlist advertises the bound
+		// address and port.
+		advertised := gossip
+		if link.gossipAdvertise != "" {
+			host, port, err := net.SplitHostPort(link.gossipAdvertise)
+			if err != nil {
+				return fail(fmt.Errorf("%s: gossip advertise address: %w", name, err))
+			}
+			args = append(args, "--gossip-advertise-addr="+host, "--gossip-advertise-port="+port)
+			advertised = link.gossipAdvertise
+		}
+		args = append(args, extra...)
 		if seed != "" {
 			args = append(args, "--join="+seed)
 		} else {
-			seed = "127.0.0.1:" + strconv.Itoa(ports[0])
+			seed = advertised
 		}
 		p, err := startSchedulerProcess(sdir, bin, args...)
 		if err != nil {
 			return fail(err)
 		}
-		out = append(out, &chaosShard{name: name, proc: p, metrics: "http://" + httpAddr + "/metrics", readyz: "http://" + httpAddr + "/readyz"})
+		out = append(out, &chaosShard{name: name, proc: p, metrics: "http://" + httpAddr + "/metrics", readyz: "http://" + httpAddr + "/readyz", gossip: gossip})
 	}
 	return out, nil
 }
@@ -292,17 +323,36 @@ func createWithRetry(ctx context.Context, create func() error) (existed bool, er
 	}
 }
 
-// createChaosStream creates o.pods pods at o.rate pods/s from start: in
+// streamSpec is a rate-limited stream of gangs and single pods.
+type streamSpec struct {
+	pods     int
+	rate     float64 // pods created per second
+	creators int
+	milliCPU int64 // each pod's CPU request
+	// gangQueue holds the gangs, singleQueue the single pods.
+	gangQueue, singleQueue string
+}
+
+// chaosStream is the chaos scenario's stream.
+func chaosStream(o options) streamSpec {
+	return streamSpec{pods: o.pods, rate: o.rate, creators: o.creators, milliCPU: chaosPodMilliCPU,
+		gangQueue: chaosQueueGangs, singleQueue: chaosQueueSingles}
+}
+
+// gangName is the name of block b's gang; its pods are <gang>-<pos>.
+func gangName(b int) string { return fmt.Sprintf("gang-%d", b) }
+
+// createChaosStream creates sp.pods pods at sp.rate pods/s from start: in
 // blocks of 2·chaosGang, a gang of chaosGang pods (its PodGroup created just
-// before its first pod) in chaosQueueGangs, then chaosGang single pods that
-// name no PodGroup (the shards create an implicit one) in chaosQueueSingles.
+// before its first pod) in sp.gangQueue, then chaosGang single pods that
+// name no PodGroup (the shards create an implicit one) in sp.singleQueue.
 // A trailing block too short for a whole gang is single pods.
-func createChaosStream(ctx context.Context, cs kubernetes.Interface, vc volcano.Interface, o options, run runSpec, w *bindWatch, start time.Time) error {
-	cpu, mem := resource.MustParse(strconv.Itoa(chaosPodMilliCPU)+"m"), resource.MustParse("2Gi")
+func createChaosStream(ctx context.Context, cs kubernetes.Interface, vc volcano.Interface, sp streamSpec, run runSpec, w *bindWatch, start time.Time) error {
+	cpu, mem := *resource.NewMilliQuantity(sp.milliCPU, resource.DecimalSI), resource.MustParse("2Gi")
 	block := 2 * chaosGang
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	workers := min(o.creators, o.pods)
+	workers := min(sp.creators, sp.pods)
 	errs := make([]error, workers)
 	for c := 0; c < workers; c++ {
 		wg.Add(1)
@@ -310,10 +360,10 @@ func createChaosStream(ctx context.Context, cs kubernetes.Interface, vc volcano.
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= o.pods {
+				if i >= sp.pods {
 					return
 				}
-				due := start.Add(time.Duration(float64(i) / o.rate * float64(time.Second)))
+				due := start.Add(time.Duration(float64(i) / sp.rate * float64(time.Second)))
 				select {
 				case <-ctx.Done():
 					errs[c] = ctx.Err()
@@ -326,13 +376,13 @@ func createChaosStream(ctx context.Context, cs kubernetes.Interface, vc volcano.
 					Spec: corev1.PodSpec{SchedulerName: run.schedName, Containers: []corev1.Container{{Name: "c", Image: "busybox",
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}}}}},
 				}
-				if pos < chaosGang && b*block+chaosGang <= o.pods {
-					group := fmt.Sprintf("gang-%d", b)
+				if pos < chaosGang && b*block+chaosGang <= sp.pods {
+					group := gangName(b)
 					p.Name = fmt.Sprintf("%s-%d", group, pos)
 					p.Annotations[kube.GroupNameAnnotation] = group
 					if pos == 0 {
 						pg := &schedv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: group, Namespace: run.namespace},
-							Spec: schedv1beta1.PodGroupSpec{MinMember: chaosGang, Queue: chaosQueueGangs}}
+							Spec: schedv1beta1.PodGroupSpec{MinMember: chaosGang, Queue: sp.gangQueue}}
 						if _, err := createWithRetry(ctx, func() error {
 							_, err := vc.SchedulingV1beta1().PodGroups(run.namespace).Create(ctx, pg, metav1.CreateOptions{})
 							return err
@@ -343,7 +393,7 @@ func createChaosStream(ctx context.Context, cs kubernetes.Interface, vc volcano.
 					}
 				} else {
 					p.Name = fmt.Sprintf("single-%d", i)
-					p.Annotations[kube.QueueNameAnnotation] = chaosQueueSingles
+					p.Annotations[kube.QueueNameAnnotation] = sp.singleQueue
 				}
 				t0 := time.Now()
 				var out *corev1.Pod
@@ -471,7 +521,7 @@ func runChaos(ctx context.Context, o options, env *benchEnv, bin string, index i
 	defer func() { cancel(); f.Shutdown() }()
 	f.WaitForCacheSync(rctx.Done())
 
-	if c.shards, err = startChaosShards(filepath.Join(env.dir, c.run.namespace), bin, env.kubeconfig, c.etcd.Endpoints[0], o.chaosShards, c.run.schedName); err != nil {
+	if c.shards, err = startChaosShards(filepath.Join(env.dir, c.run.namespace), bin, o.chaosShards, c.run.schedName, directLinks(c.etcd.Endpoints[0], env.kubeconfig)); err != nil {
 		return report.Run{}, err
 	}
 	var end chaosEnd
@@ -511,7 +561,10 @@ func runChaos(ctx context.Context, o options, env *benchEnv, bin string, index i
 	go func() { defer bg.Done(); sampleBooked(rctx, c.w, alloc, &bookedMax) }()
 	created := make(chan error, 1)
 	bg.Add(1)
-	go func() { defer bg.Done(); created <- createChaosStream(rctx, env.cs, c.vc, o, c.run, c.w, c.start) }()
+	go func() {
+		defer bg.Done()
+		created <- createChaosStream(rctx, env.cs, c.vc, chaosStream(o), c.run, c.w, c.start)
+	}()
 	// check fails once the creators failed or a shard died unasked.
 	createDone := false
 	check := func() error {

@@ -22,6 +22,18 @@
 //	         jobs lost. A broken invariant (pod bound twice, node
 //	         double-booked, admitted job lost, pod never bound) fails the
 //	         command after the report is written. See chaos.go.
+//	faults   not a mode of -systems either: 3 shard processes whose
+//	         connections to etcd, to the API server and from each other's
+//	         gossip pass through loopback proxies (bench/faults); each of
+//	         -fault-scenarios (a shard cut off from etcd while its binds are
+//	         slowed, the API server slowed for one shard, etcd stalled for
+//	         all, a gossip partition, a shard paused past its lease) runs
+//	         -fault-seeds times on a cluster filled to 90 %, and the
+//	         invariants (no pod bound twice, no node over its allocatable,
+//	         no queue over its capability, no gang partly bound, no
+//	         admitted job lost, every pod that fits bound) are computed from
+//	         the API server and etcd after each run; a violation is
+//	         reported with its timeline and fails the command. See faults.go.
 //
 // Systems (the first listed is the baseline of the ratios):
 //
@@ -57,11 +69,12 @@
 //	go run ./bench/realbench                           # 1,000 nodes × 64 CPU, 10,000 pods
 //	go run ./bench/realbench -nodes 200 -pods 2000 -modes stream,backlog -out /tmp/realbench
 //	go run ./bench/realbench -nodes 200 -pods 6000 -rate 100 -modes chaos -out /tmp/realbench-chaos
+//	go run ./bench/realbench -nodes 200 -warmup 0 -modes faults -fault-seeds 20 -out /tmp/realbench-faults
 //	go run ./bench/realbench -workload bench/workloads/churn.yaml -tier 100k -nodes 1000 -pods 10000 -systems binder,shardsched-1,kube-scheduler-qps
 //
-// With -modes chaos alone, -systems is not read (kube-scheduler need not be
-// built). The chaos scenario has pods of its own: -workload cannot be
-// combined with it.
+// With -modes chaos or faults alone, -systems is not read (kube-scheduler
+// need not be built). Those scenarios have pods of their own: -workload
+// cannot be combined with them.
 package main
 
 import (
@@ -105,6 +118,8 @@ type options struct {
 	chaosShards   int
 	shardschedBin string
 	dumpMetrics   bool
+	// faults mode
+	fault faultOptions
 	// shape is every kwok node's; workload is nil without -workload.
 	shape    nodeShape
 	workload *benchWorkload
@@ -139,9 +154,15 @@ func main() {
 	flag.Float64Var(&o.rate, "rate", 100, "chaos mode: pods created per second (the creators are rate-limited)")
 	flag.IntVar(&o.chaosShards, "chaos-shards", 4, "chaos mode: shard processes (two are killed)")
 	flag.StringVar(&o.shardschedBin, "shardsched-bin", "", "chaos mode: the cmd/shardsched binary to run (empty: go build it into a temporary directory)")
+	flag.IntVar(&o.fault.seeds, "fault-seeds", 20, "faults mode: runs of each scenario, each with its own seed (victim and moment of the fault)")
+	flag.Uint64Var(&o.fault.firstSeed, "fault-first-seed", 1, "faults mode: the first seed; the runs take the seeds that follow it")
+	faultScenarioList := flag.String("fault-scenarios", "", "faults mode: scenarios to run, comma-separated (empty: all): "+strings.Join(scenarioNames(), ", "))
+	flag.DurationVar(&o.fault.stream, "fault-stream", 12*time.Second, "faults mode: each run creates its pods evenly over this long (the fault falls at 20–50 % of it)")
+	flag.DurationVar(&o.fault.timeout, "fault-timeout", 90*time.Second, "faults mode: bound on binding after a run's last pod was created")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.BoolVar(&o.dumpMetrics, "dump-metrics", false, "print each shard's shardsched_* metrics to stderr when its run ends")
 	flag.Parse()
+	o.fault.scenarios = splitList(*faultScenarioList)
 	if err := o.parse(modes, systems); err != nil {
 		fail(2, err)
 	}
@@ -184,10 +205,19 @@ func (o *options) parse(modes, systems string) error {
 		return fmt.Errorf("-rate=%g: must be in (0, 10000]", o.rate)
 	case o.chaosShards < 3 || o.chaosShards > 16:
 		return fmt.Errorf("-chaos-shards=%d: must be 3..16 (two are killed)", o.chaosShards)
+	case o.fault.seeds < 1 || o.fault.seeds > 1000:
+		return fmt.Errorf("-fault-seeds=%d: must be 1..1000", o.fault.seeds)
+	case o.fault.stream < time.Second || o.fault.stream > time.Hour:
+		return fmt.Errorf("-fault-stream=%s: must be 1s..1h", o.fault.stream)
+	case o.fault.timeout <= 0:
+		return fmt.Errorf("-fault-timeout=%s: must be positive", o.fault.timeout)
+	}
+	if _, err := pickScenarios(o.fault.scenarios); err != nil {
+		return fmt.Errorf("-fault-scenarios: %w", err)
 	}
 	for _, m := range splitList(modes) {
-		if m != modeStream && m != modeBacklog && m != modeChaos {
-			return fmt.Errorf("-modes: unknown mode %q (stream, backlog or chaos)", m)
+		if m != modeStream && m != modeBacklog && m != modeChaos && m != modeFaults {
+			return fmt.Errorf("-modes: unknown mode %q (stream, backlog, chaos or faults)", m)
 		}
 		if slices.Contains(o.modes, m) {
 			return fmt.Errorf("-modes: %q is listed twice", m)
@@ -197,8 +227,8 @@ func (o *options) parse(modes, systems string) error {
 	if len(o.modes) == 0 {
 		return errors.New("-modes: empty")
 	}
-	if !slices.ContainsFunc(o.modes, func(m string) bool { return m != modeChaos }) {
-		return nil // the chaos scenario has its own system
+	if !slices.ContainsFunc(o.modes, func(m string) bool { return m != modeChaos && m != modeFaults }) {
+		return nil // the chaos and fault scenarios have their own system
 	}
 	for _, name := range splitList(systems) {
 		s, err := parseSystem(name)
@@ -227,8 +257,8 @@ func (o *options) loadWorkload(path, tier string, seed uint64) error {
 		return nil
 	case tier == "":
 		return fmt.Errorf("-workload=%s: needs -tier", path)
-	case slices.Contains(o.modes, modeChaos):
-		return errors.New("-workload: not with -modes chaos, whose pods are its own")
+	case slices.Contains(o.modes, modeChaos) || slices.Contains(o.modes, modeFaults):
+		return errors.New("-workload: not with -modes chaos or faults, whose pods are their own")
 	}
 	w, err := workload.Load(path)
 	if err != nil {
@@ -263,8 +293,8 @@ func run(o options) error {
 	}
 	started := time.Now()
 	var shardschedBin string
-	if slices.Contains(o.modes, modeChaos) {
-		fmt.Fprintln(os.Stderr, "building cmd/shardsched for the chaos scenario...")
+	if slices.Contains(o.modes, modeChaos) || slices.Contains(o.modes, modeFaults) {
+		fmt.Fprintln(os.Stderr, "building cmd/shardsched for the chaos and fault scenarios...")
 		bin, cleanup, err := shardschedBinary(ctx, o.shardschedBin)
 		if err != nil {
 			return err
@@ -313,42 +343,79 @@ func run(o options) error {
 		}
 	}
 	var results []result
-	var chaosRuns []report.Run
-	for _, mode := range o.modes {
-		if mode == modeChaos {
-			fmt.Fprintf(os.Stderr, "running the chaos scenario: %d shard processes, %d pods at %.0f pods/s...\n", o.chaosShards, o.pods, o.rate)
-			r, err := runChaos(ctx, o, env, shardschedBin, len(results)+len(chaosRuns)+1)
-			if err != nil {
-				return fmt.Errorf("chaos: %w", err)
-			}
-			if err := cp.Check(); err != nil {
-				return fmt.Errorf("control plane after the chaos scenario: %w", err)
-			}
-			chaosRuns = append(chaosRuns, r)
-			continue
+	var chaosRuns, faultRuns []report.Run
+	// Each run's figures are written as soon as it ends, so that a later
+	// failure loses nothing measured before it.
+	save := func() error {
+		if o.out == "" {
+			return nil
 		}
-		for _, sys := range o.systems {
-			fmt.Fprintf(os.Stderr, "running %s, %s mode: %d pods%s...\n", sys.name, mode, o.pods, o.workloadNote())
-			r, err := runOne(ctx, o, env, mode, sys, len(results)+len(chaosRuns)+1)
-			if err != nil {
-				return fmt.Errorf("%s, %s mode: %w", sys.name, mode, err)
-			}
-			if err := cp.Check(); err != nil {
-				return fmt.Errorf("control plane after %s, %s mode: %w", sys.name, mode, err)
-			}
-			results = append(results, r)
-		}
-	}
-	printTables(os.Stdout, o, results)
-	printChaos(os.Stdout, chaosRuns)
-	if o.out != "" {
-		rep := buildReport(o, results, chaosRuns, started)
-		if err := writeReport(o.out, rep); err != nil {
+		if err := writeReport(o.out, buildReport(o, results, chaosRuns, faultRuns, started)); err != nil {
 			return fmt.Errorf("-out %s: %w", o.out, err)
 		}
+		return nil
+	}
+	runs := func() error {
+		for _, mode := range o.modes {
+			switch mode {
+			case modeChaos:
+				fmt.Fprintf(os.Stderr, "running the chaos scenario: %d shard processes, %d pods at %.0f pods/s...\n", o.chaosShards, o.pods, o.rate)
+				r, err := runChaos(ctx, o, env, shardschedBin, len(results)+len(chaosRuns)+1)
+				if err != nil {
+					return fmt.Errorf("chaos: %w", err)
+				}
+				if err := cp.Check(); err != nil {
+					return fmt.Errorf("control plane after the chaos scenario: %w", err)
+				}
+				chaosRuns = append(chaosRuns, r)
+				if err := save(); err != nil {
+					return err
+				}
+				continue
+			case modeFaults:
+				err := runFaults(ctx, o.fault, env, shardschedBin, func(r report.Run) error {
+					faultRuns = append(faultRuns, r)
+					if err := cp.Check(); err != nil {
+						return fmt.Errorf("control plane after %s: %w", r.Name, err)
+					}
+					return save()
+				})
+				if err != nil {
+					return fmt.Errorf("faults: %w", err)
+				}
+				continue
+			}
+			for _, sys := range o.systems {
+				fmt.Fprintf(os.Stderr, "running %s, %s mode: %d pods%s...\n", sys.name, mode, o.pods, o.workloadNote())
+				r, err := runOne(ctx, o, env, mode, sys, len(results)+len(chaosRuns)+1)
+				if err != nil {
+					return fmt.Errorf("%s, %s mode: %w", sys.name, mode, err)
+				}
+				if err := cp.Check(); err != nil {
+					return fmt.Errorf("control plane after %s, %s mode: %w", sys.name, mode, err)
+				}
+				results = append(results, r)
+				if err := save(); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	runErr := runs()
+	printTables(os.Stdout, o, results)
+	printChaos(os.Stdout, chaosRuns)
+	printFaults(os.Stdout, faultRuns)
+	if runErr != nil {
+		if o.out != "" {
+			fmt.Fprintf(os.Stderr, "the figures of the runs that ended are in %s\n", o.out)
+		}
+		return runErr
+	}
+	if o.out != "" {
 		fmt.Fprintf(os.Stderr, "report written to %s\n", o.out)
 	}
-	for _, r := range chaosRuns {
+	for _, r := range append(chaosRuns, faultRuns...) {
 		if r.Failed() {
 			return fmt.Errorf("%s broke an invariant: %v", r.Name, r.Invariants)
 		}

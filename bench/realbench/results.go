@@ -72,6 +72,10 @@ func printTables(w io.Writer, o options, results []result) {
 			if !r.inProcess {
 				fmt.Fprintf(w, "%s: the harness (this process: pod creators and watch) used %.1f CPU s beside it.\n", r.sys.name, r.harnessCPU.Seconds())
 			}
+			if l := reportLoad(r.load); l != nil {
+				fmt.Fprintf(w, "%s: machine load (1 min) %.2f when the clock started, %.2f on average (max %.2f) while it ran, on %d CPUs.\n",
+					r.sys.name, l.Before, l.Mean, l.Max, l.CPUs)
+			}
 		}
 	}
 	if len(results) == 0 {
@@ -101,7 +105,7 @@ func cpuPer1000(r result) float64 {
 
 // buildReport turns the results into a report.Report with the targets the
 // real mode is judged by.
-func buildReport(o options, results []result, chaosRuns []report.Run, started time.Time) report.Report {
+func buildReport(o options, results []result, chaosRuns, faultRuns []report.Run, started time.Time) report.Report {
 	rep := report.Report{
 		Title:   fmt.Sprintf("realbench: %d kwok nodes, %d pods per run", o.nodes, o.pods),
 		Command: strings.Join(append([]string{"realbench"}, os.Args[1:]...), " "),
@@ -134,7 +138,27 @@ func buildReport(o options, results []result, chaosRuns []report.Run, started ti
 			"Throughput back: the end of the first %s window wholly after the fault whose bind rate is ≥ %.0f %% of the healthy rate, the rate over the %s before the first fault (so %s means no visible dip).",
 			scrapeInterval, rateWindow, recoveredShare*100, preFaultWindow, rateWindow))
 	}
+	for _, r := range faultRuns {
+		rep.Runs = append(rep.Runs, r)
+		rep.Targets = append(rep.Targets, faultTarget(r))
+	}
+	if len(faultRuns) > 0 {
+		rep.Notes = append(rep.Notes, "faults: shardsched shards as OS processes whose connections to etcd, to the API server and from each other's gossip pass through loopback proxies (bench/faults); one fault per run, on a victim and at a moment its seed picks; the invariants are computed after each run from the API server's pods and nodes and the coordinator's etcd. See bench/realbench/faults.go.")
+	}
 	return rep
+}
+
+// faultTarget judges a fault scenario: no violation over its seeds.
+func faultTarget(r report.Run) report.Target {
+	var total int64
+	for _, n := range r.Invariants {
+		total += n
+	}
+	t := report.Target{Name: "invariant violations over every seed (" + r.Name + ", " + r.Tier + ")", Goal: "0", Value: fmt.Sprint(total), Met: total == 0}
+	if !t.Met {
+		t.Why = "each violation and its timeline is in the run's notes"
+	}
+	return t
 }
 
 // chaosTargets judges a chaos run: no admitted job lost, and both
@@ -190,6 +214,7 @@ func toRun(r result, tier, label string) report.Run {
 		CPUSecondsPer1000: cpuPer1000(r),
 		PeakRSSMiB:        float64(r.peakRSSKiB) / 1024,
 		Invariants:        map[string]int64{invBoundTwice: r.boundTwice, invDoubleBooked: r.doubleBooked},
+		Load:              reportLoad(r.load),
 	}
 	rate := report.NewRate(1)
 	for _, t := range r.bindTimes {

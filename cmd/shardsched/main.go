@@ -36,7 +36,7 @@ import (
 type options struct {
 	kubeconfig, shardName, join                   string
 	gossipBind, gossipAdvertise, gossipKeyFile    string
-	gossipPort                                    int
+	gossipPort, gossipAdvertisePort               int
 	gossipProfile                                 string
 	etcdEndpoints, etcdCA, etcdCert, etcdKey      string
 	schedulerName, strategy                       string
@@ -63,6 +63,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.gossipBind, "gossip-bind-addr", "0.0.0.0", "gossip bind IP")
 	fs.IntVar(&o.gossipPort, "gossip-port", 7946, "gossip port")
 	fs.StringVar(&o.gossipAdvertise, "gossip-advertise-addr", os.Getenv("POD_IP"), "gossip advertise IP (default $POD_IP)")
+	fs.IntVar(&o.gossipAdvertisePort, "gossip-advertise-port", 0, "gossip port other shards dial (0: --gossip-port); differs when a proxy or NAT sits in front")
 	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "gossip encryption key file (16/24/32 bytes, raw or base64)")
 	fs.StringVar(&o.gossipProfile, "gossip-profile", "lan", "memberlist timing profile: lan or local")
 	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd endpoints")
@@ -111,6 +112,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--status-flush-interval=%s: must be between 10ms and 10m", o.statusFlush)
 	case o.gossipPort < 0 || o.gossipPort > 65535:
 		return fmt.Errorf("--gossip-port=%d: must be 0..65535", o.gossipPort)
+	case o.gossipAdvertisePort < 0 || o.gossipAdvertisePort > 65535:
+		return fmt.Errorf("--gossip-advertise-port=%d: must be 0..65535", o.gossipAdvertisePort)
 	case (o.etcdCert == "") != (o.etcdKey == ""):
 		return errors.New("--etcd-cert-file and --etcd-key-file go together")
 	case o.shutdownTimeout <= 0:
@@ -228,7 +231,7 @@ func run(o options, log *slog.Logger) error {
 		return err
 	}
 	sc := shard.DefaultConfig()
-	sc.BindAddr, sc.BindPort, sc.AdvertiseAddr = o.gossipBind, o.gossipPort, o.gossipAdvertise
+	sc.BindAddr, sc.BindPort, sc.AdvertiseAddr, sc.AdvertisePort = o.gossipBind, o.gossipPort, o.gossipAdvertise, o.gossipAdvertisePort
 	sc.Join, sc.GossipKeyFile, sc.Partitions, sc.SessionTTL, sc.GossipProfile = splitList(o.join), o.gossipKeyFile, o.partitions, o.sessionTTL, o.gossipProfile
 	cc := coordinator.DefaultConfig()
 	cc.ListenAddr, cc.SessionTTL = o.coordAddr, o.sessionTTL

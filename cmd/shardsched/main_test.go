@@ -21,6 +21,7 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		{append(base, "--session-ttl=-1"), "--session-ttl"},
 		{append(base, "--status-flush-interval=1ns"), "--status-flush-interval"},
 		{append(base, "--gossip-port=70000"), "--gossip-port"},
+		{append(base, "--gossip-advertise-port=-2"), "--gossip-advertise-port"},
 		{append(base, "--etcd-cert-file=/x"), "--etcd-cert-file"},
 		{append(base, "--coordinator-addr=nonsense"), "--coordinator-addr"},
 		{append(base, "--log-level=loud"), "--log-level"},
