@@ -1,5 +1,8 @@
-// Package procstat reads what the bench process itself uses: its CPU time
-// and its resident memory. Both bench modes measure their own cost with it.
+// Package procstat reads what the bench process itself uses (its CPU time
+// and its resident memory) and how loaded the machine is (its load
+// average, sampled over a run by LoadSampler). Both bench modes measure
+// their own cost and the conditions of their figures with it. It only
+// reads; it keeps no state beyond a LoadSampler's own.
 package procstat
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ type result struct {
 	peakRSSKiB      int64
 	boundTwice      int64 // pods whose nodeName changed once set
 	doubleBooked    int64 // nodes whose pods request more CPU than allocatable
+	// load is the machine's 1-minute load average from the clock start
+	// to the end of the wait for binds.
+	load procstat.LoadStats
 }
 
 func (r result) bound() int { return len(r.latencies) }
@@ -124,6 +128,12 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	r := result{mode: mode, sys: sys, pods: o.pods}
 	var inst *instance
 	var start time.Time
+	// mon prints progress and samples the load from the clock start.
+	var mon *runMonitor
+	defer func() { mon.stop() }()
+	monitor := func() {
+		mon = startMonitor(os.Stderr, progressEvery, sys.name+" "+mode, o.pods, start, func() int { _, b := w.counts(); return b })
+	}
 	var cpu0, harness0 time.Duration
 	stopped := false
 	stop := func() {
@@ -140,6 +150,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 			return result{}, err
 		}
 		cpu0, harness0, start = inst.cpu(), procstat.CPU(), time.Now()
+		monitor()
 		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
 		if err != nil {
 			return result{}, err
@@ -156,6 +167,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 			return result{}, fmt.Errorf("watch did not see every created pod: %w", err)
 		}
 		harness0, start = procstat.CPU(), time.Now()
+		monitor()
 		if inst, err = sys.impl.start(rctx, env, run); err != nil {
 			return result{}, err
 		}
@@ -171,6 +183,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		return result{}, err
 	}
 	r.wall = time.Since(start)
+	r.load = mon.stop()
 	r.cpu, r.inProcess = inst.cpu()-cpu0, inst.inProcess
 	if !inst.inProcess {
 		r.harnessCPU = procstat.CPU() - harness0
@@ -312,17 +325,4 @@ func doubleBookedNodes(ctx context.Context, cs kubernetes.Interface) (int64, err
 		}
 	}
 	return n, nil
-}
-
-// deletePods deletes every pod of ns at once (grace period 0) and waits
-// until they are gone, so that the next run starts on empty nodes.
-func deletePods(ctx context.Context, cs kubernetes.Interface, ns string) error {
-	zero := int64(0)
-	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
-		return err
-	}
-	return waitFor(ctx, 2*time.Minute, func() (bool, error) {
-		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil && len(l.Items) == 0, err
-	})
 }

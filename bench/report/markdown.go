@@ -72,7 +72,7 @@ func (r Report) writeResults(b *strings.Builder) {
 		{name: "Max fair-share error", right: true}, {name: "API writes/pod", right: true},
 		{name: "Status writes", right: true}, {name: "Conflicts", right: true},
 		{name: "Peak RSS MiB", right: true}, {name: "RSS growth %", right: true},
-		{name: "Invariants"}, {name: "Status"},
+		{name: "Load before → during"}, {name: "Invariants"}, {name: "Status"},
 	}
 	rows := make([][]string, len(r.Runs))
 	for i, run := range r.Runs {
@@ -93,12 +93,35 @@ func (r Report) writeResults(b *strings.Builder) {
 			num(run.MaxFairShareError), num(run.APIWritesPerPod),
 			strconv.FormatInt(run.StatusWrites, 10), strconv.FormatInt(run.StatusConflicts, 10),
 			num(run.PeakRSSMiB), num(run.RSSGrowthPct),
-			invariantsCell(run), status,
+			loadCell(run.Load), invariantsCell(run), status,
 		}
 	}
 	writeTable(b, cols, rows)
 	b.WriteString("“vs baseline” is pods/s relative to the first run of the same mode, scenario and tier. " +
-		"A run fails when any invariant is non-zero or a chaos run lost an admitted job.\n\n")
+		"A run fails when any invariant is non-zero or a chaos run lost an admitted job.")
+	if slices.ContainsFunc(r.Runs, func(run Run) bool { return run.Load != nil }) {
+		b.WriteString(" “Load before → during” is the machine's 1-minute load average when the run's clock started → " +
+			"the mean (and max) of the readings taken every second while it ran, beside the CPUs the run could use: " +
+			"a load above the CPUs means processes waited for a CPU, and the run's figures are the machine's as much as the system's.")
+	}
+	b.WriteString("\n\n")
+}
+
+// loadCell is the machine's load around a run, "0.52 → 1.85 (max 2.10), 2
+// CPUs"; "–" when it was not measured, "n/a" for what could not be read.
+func loadCell(l *Load) string {
+	if l == nil {
+		return "–"
+	}
+	during := "n/a"
+	if l.Samples > 0 {
+		during = fmt.Sprintf("%s (max %s)", num(l.Mean), num(l.Max))
+	}
+	s := num(l.Before) + " → " + during
+	if l.CPUs > 0 {
+		s += fmt.Sprintf(", %d CPUs", l.CPUs)
+	}
+	return s
 }
 
 // vsBaseline is the pods/s of run i over that of the first run with the

@@ -49,6 +49,7 @@ func fixture() Report {
 			APIWritesPerPod: 2, StatusWrites: 1000, PeakRSSMiB: 300, RSSGrowthPct: 1.5,
 			Invariants: map[string]int64{"quota_overruns": 0, "pods_bound_twice": 0},
 			Throughput: series(600), UtilSeries: series(1), RSSSeries: series(300),
+			Load: &Load{Before: 0.12, Mean: 1.85, Max: 2.5, Samples: 100, CPUs: 2},
 		}, {
 			Name: "churn/100k/shardsched 4 shards", Mode: "sim", Scenario: "churn", Tier: "100k",
 			System: "shardsched", Shards: 4,
@@ -76,6 +77,7 @@ func fixture() Report {
 			System: "kube-scheduler", Pods: 10000, Unbound: 12, WallSeconds: 200, PodsPerSec: 50,
 			LatencyP50: 1, LatencyP99: 9, LatencyMax: 20,
 			Invariants: map[string]int64{"quota_overruns": 3, "double_booked_nodes": 0},
+			Load:       &Load{Before: 3.5, CPUs: 2}, // nothing read during the run
 		}},
 	}
 }
@@ -244,6 +246,19 @@ func TestMarkdown(t *testing.T) {
 		t.Errorf("utilization 87.3 %% and p99 0.420 s expected in %q", cells)
 	}
 
+	for _, tt := range []struct{ run, load string }{
+		{"churn/100k/binder", "0.120 → 1.85 (max 2.50), 2 CPUs"},
+		{"churn/100k/shardsched 4 shards", "–"}, // not measured
+		{"chaos/1000 nodes/kube-scheduler", "3.50 → n/a, 2 CPUs"},
+	} {
+		if cells := row(t, md, tt.run); !slices.Contains(cells, tt.load) {
+			t.Errorf("%s: no load cell %q in %q", tt.run, tt.load, cells)
+		}
+	}
+	if !strings.Contains(md, "“Load before → during” is the machine's 1-minute load average") {
+		t.Error("the load column is not explained")
+	}
+
 	if cells := row(t, md, "p99 submit→bind, churn 100k"); !slices.Contains(cells, "✅") {
 		t.Errorf("met target not marked ✅: %q", cells)
 	}
@@ -272,6 +287,9 @@ func TestMarkdownEdgeCases(t *testing.T) {
 	}
 	if strings.Contains(md, "## Plots") || strings.Contains(md, "## Chaos") {
 		t.Errorf("empty report has plot or chaos sections:\n%s", md)
+	}
+	if md := (Report{Runs: []Run{{Name: "x"}}}).Markdown(); strings.Contains(md, "Load before → during” is") {
+		t.Error("load column explained in a report where no run measured it")
 	}
 
 	r := Report{

@@ -10,7 +10,7 @@ type Report struct {
 	Title   string    `json:"title"`
 	Command string    `json:"command"` // the command line that produced it
 	Started time.Time `json:"started"`
-	Machine string    `json:"machine"` // e.g. "linux/amd64, 2 CPUs, go1.26.0"
+	Machine string    `json:"machine"` // e.g. "linux/amd64, 2 CPUs, go1.26.0"; each run's Load says how busy it was
 	Runs    []Run     `json:"runs"`
 	Targets []Target  `json:"targets"`
 	Notes   []string  `json:"notes,omitempty"`
@@ -75,9 +75,29 @@ type Run struct {
 	RSSSeries   []Point            `json:"rssSeries,omitempty"`   // MiB
 	QueueShares map[string][]Point `json:"queueShares,omitempty"` // leaf queue → share of allocated CPU, 0..1
 
+	// Load is how busy the machine was around the run; nil when it was
+	// not measured.
+	Load *Load `json:"load,omitempty"`
+
 	Chaos   *Chaos   `json:"chaos,omitempty"`
 	Reclaim *Reclaim `json:"reclaim,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
+}
+
+// Load is the machine's 1-minute load average (runnable and waiting tasks,
+// from /proc/loadavg) around one run, to read against the cores in
+// Report.Machine: a load above the core count means the run's processes
+// queued for CPU.
+type Load struct {
+	Before float64 `json:"before"` // just before the run's clock started
+	// Mean and Max are over the readings taken while the run went on
+	// (every second, and one at its end); Samples counts them.
+	Mean    float64 `json:"mean"`
+	Max     float64 `json:"max"`
+	Samples int     `json:"samples"`
+	// CPUs is the number of CPUs the run's processes could use (kept with
+	// each run: a report may merge runs from another machine's report).
+	CPUs int `json:"cpus,omitempty"`
 }
 
 // Reclaim is what the reclaim scenario measured.

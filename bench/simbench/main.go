@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/bench/sim"
 	"github.com/shardsched/shardsched/bench/workload"
@@ -185,9 +186,10 @@ func run(ctx context.Context, o options) error {
 					// clock (1 ms steps), so latencies are wall time too.
 					cfg.Step = time.Millisecond
 				}
-				r, err := sim.Run(ctx, cfg)
+				label := fmt.Sprintf("%s/%s/%d shards", sc, tier, n)
+				r, err := runSim(ctx, label, cfg)
 				if err != nil {
-					return fmt.Errorf("%s/%s/%d shards: %w", sc, tier, n, err)
+					return fmt.Errorf("%s: %w", label, err)
 				}
 				fmt.Fprintf(os.Stderr, "simbench: %s: %d pods, %.0f pods/s (wall), p99 %.3f s (virtual), invariants %v\n", r.Name, r.Pods, r.PodsPerSec, r.LatencyP99, r.Invariants)
 				simRuns = append(simRuns, r)
@@ -200,7 +202,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		n := max(4, o.shards[len(o.shards)-1])
-		r, err := sim.Run(ctx, sim.Config{Workload: w, Tier: o.chaosTier, Shards: n, Seed: o.seed, Fsync: o.fsync, Chaos: true, Pace: true,
+		r, err := runSim(ctx, fmt.Sprintf("chaos/%s/%d shards", o.chaosTier, n), sim.Config{Workload: w, Tier: o.chaosTier, Shards: n, Seed: o.seed, Fsync: o.fsync, Chaos: true, Pace: true,
 			Minutes: o.chaosMin, Progress: os.Stderr, Logger: logger})
 		if err != nil {
 			return fmt.Errorf("chaos: %w", err)
@@ -223,6 +225,35 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
+// runSim runs one simulated scenario, saying on stderr when it starts and
+// when it ends (with its wall time), and keeps in the run the machine's
+// load average before and while it ran (shards' start included).
+func runSim(ctx context.Context, label string, cfg sim.Config) (report.Run, error) {
+	fmt.Fprintf(os.Stderr, "simbench: %s: starting\n", label)
+	start := time.Now()
+	ls := procstat.StartLoadSampler(time.Second)
+	r, err := sim.Run(ctx, cfg)
+	st := ls.Stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "simbench: %s: failed after %.1f s\n", label, time.Since(start).Seconds())
+		return r, err
+	}
+	r.Load = reportLoad(st)
+	fmt.Fprintf(os.Stderr, "simbench: %s: done in %.1f s, load %.2f before, %.2f during (max %.2f) on %d CPUs\n",
+		label, time.Since(start).Seconds(), st.Before, st.Mean, st.Max, st.CPUs)
+	return r, nil
+}
+
+// reportLoad turns what a procstat.LoadSampler saw into a report.Load;
+// nil when the load average could not be read at all (not Linux).
+func reportLoad(st procstat.LoadStats) *report.Load {
+	if st.CPUs == 0 || (st.Samples == 0 && st.Err != nil) {
+		return nil
+	}
+	return &report.Load{Before: st.Before, Mean: st.Mean, Max: st.Max, Samples: st.Samples, CPUs: st.CPUs}
+}
+
+// contains reports whether list holds s.
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/shardsched/shardsched/bench/procstat"
+)
+
+func TestProgressLine(t *testing.T) {
+	got := progressLine("shardsched-1 stream", 1234, 2000, 12345*time.Millisecond, 1.849, nil)
+	if want := "  shardsched-1 stream: 1234/2000 bound, 12.3 s, load 1.85"; got != want {
+		t.Errorf("progressLine = %q, want %q", got, want)
+	}
+	got = progressLine("binder backlog", 0, 10, 0, 0, errors.New("no /proc"))
+	if want := "  binder backlog: 0/10 bound, 0.0 s, load n/a"; got != want {
+		t.Errorf("progressLine without a load = %q, want %q", got, want)
+	}
+}
+
+// lockedBuilder is a strings.Builder safe for concurrent use.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestRunMonitor(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var out lockedBuilder
+	var mu sync.Mutex
+	bound := 3
+	m := startMonitor(&out, time.Millisecond, "kube-scheduler stream", 10, time.Now(), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		bound++
+		return bound
+	})
+	for strings.Count(out.String(), "\n") < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	st := m.stop()
+	printed := out.String()
+	line := regexp.MustCompile(`^  kube-scheduler stream: (\d+)/10 bound, \d+\.\d s, load (\d+\.\d\d|n/a)$`)
+	for i, l := range strings.Split(strings.TrimSuffix(printed, "\n"), "\n") {
+		if got := line.FindStringSubmatch(l); got == nil {
+			t.Errorf("progress line %d = %q, want one like %q", i, l, line)
+		} else if want := []string{"4", "5", "6"}; i < len(want) && got[1] != want[i] {
+			t.Errorf("progress line %d reports %s bound, want %s", i, got[1], want[i])
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	if out.String() != printed {
+		t.Error("the monitor printed after stop")
+	}
+	if again := m.stop(); again != st {
+		t.Errorf("second stop = %+v, want %+v", again, st)
+	}
+	if _, _, _, err := procstat.LoadAvg(); err == nil {
+		if l := reportLoad(st); l == nil || l.Samples < 1 || l.CPUs < 1 {
+			t.Errorf("reportLoad(%+v) = %+v, want at least the reading at stop and the CPUs", st, l)
+		}
+	}
+	if l := reportLoad((*runMonitor)(nil).stop()); l != nil {
+		t.Errorf("a run whose clock never started reports load %+v, want none", l)
+	}
+}
