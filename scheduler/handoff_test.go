@@ -10,6 +10,7 @@ import (
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/coordinator"
+	"github.com/shardsched/shardsched/internal/testenv"
 	"github.com/shardsched/shardsched/wire"
 )
 
@@ -182,6 +183,9 @@ type fakeBinder struct {
 	unfenced int               // binds of a claimed job outside Claims.Use
 	// deadlines are the bind calls' context deadlines (zero: none).
 	deadlines []time.Time
+	// unknown: the next so many calls bind the pod but answer with an
+	// unknown outcome (the answer lost on the way back).
+	unknown int
 }
 
 func (f *fakeBinder) Bind(ctx context.Context, t *api.Task, node string) error {
@@ -193,6 +197,10 @@ func (f *fakeBinder) Bind(ctx context.Context, t *api.Task, node string) error {
 		f.unfenced++
 	}
 	f.binds[t.UID] = node
+	if f.unknown > 0 {
+		f.unknown--
+		return fmt.Errorf("%w: context deadline exceeded", wire.ErrBindUnknown)
+	}
 	return nil
 }
 
@@ -657,5 +665,46 @@ func TestBindDeadlineBoundedByTheUse(t *testing.T) {
 		if d.IsZero() || d.After(time.Now().Add(DefaultConfig().CallTimeout)) {
 			t.Errorf("bind %d with the lease an hour ahead had deadline %s, want within CallTimeout", i+2, d.Format(time.StampMilli))
 		}
+	}
+}
+
+// A bind whose outcome is unknown keeps the pod's room: no other pod is
+// placed there while it is in doubt (the API server may have bound it),
+// and the bind is asked again until it is known. Forgetting the pod at
+// once, as for a refused bind, double-books the node.
+func TestBindInDoubtKeepsTheRoom(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("n1", 2)
+	r.binder.mu.Lock()
+	r.binder.unknown = 1
+	r.binder.mu.Unlock()
+	r.gang("first", 1, 2)
+	r.s.Cycle(context.Background())
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		r.binder.mu.Lock()
+		defer r.binder.mu.Unlock()
+		return r.binder.unknown == 0
+	}, "the first bind was not called")
+	// While in doubt, another pod that needs the whole node waits.
+	r.gang("second", 1, 2)
+	for range 3 {
+		r.advance(100 * time.Millisecond)
+		r.s.Cycle(context.Background())
+	}
+	if _, ok := r.c.Assumed("second-0"); ok {
+		t.Fatal("a pod was placed on the room of a pod whose bind is in doubt")
+	}
+	if n, ok := r.c.Assumed("first-0"); !ok || n != "n1" {
+		t.Fatalf("the pod in doubt is assumed on %q (%v), want n1", n, ok)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return r.s.BindsInFlight() == 0 }, "binds still in flight")
+	st := r.s.Stats()
+	if st.Binds != 1 || st.BindFailures != 0 || st.BindsInDoubt != 1 {
+		t.Fatalf("binds %d, failures %d, in doubt %d: want one in doubt, then the retry confirming it", st.Binds, st.BindFailures, st.BindsInDoubt)
+	}
+	r.binder.mu.Lock()
+	defer r.binder.mu.Unlock()
+	if _, ok := r.binder.binds["second-0"]; ok || r.binder.binds["first-0"] != "n1" {
+		t.Fatalf("binds %v, want only first-0 on n1", r.binder.binds)
 	}
 }

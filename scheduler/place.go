@@ -5,6 +5,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -268,7 +269,15 @@ func (s *Scheduler) readyTasks(pending []*api.Task, now time.Time) []*api.Task {
 }
 
 // bindWorker binds one pod at a time, only while the node's partition is
-// held; a failed bind forgets the assumption and backs the task off.
+// held. A bind refused outright forgets the assumption and backs the task
+// off. A bind whose outcome is unknown (wire.ErrBindUnknown: the call timed
+// out or its connection broke, and the API server may have bound the pod
+// or may yet) keeps the assumption, so that nothing else is placed on that
+// room, and is tried again after BindBackoff until its outcome is known: a
+// retry that succeeds, or finds the pod already on the node, confirms it;
+// the informer showing the pod bound or gone ends the doubt; the partition
+// or the job's queue leaving this shard ends it too (the pod is then the
+// new owner's to see).
 func (s *Scheduler) bindWorker(ctx context.Context) {
 	for {
 		var r bindReq
@@ -277,36 +286,28 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 			return
 		case r = <-s.binds:
 		}
-		key := wire.PartitionKey(wire.Partition(r.node, s.cfg.Partitions))
-		leave, err := s.enterBind(r)
-		var until time.Time
-		var used bool
-		if err == nil {
-			until, used = s.deps.Ownership.UseUntil(key)
-		}
-		switch {
-		case err != nil:
-		case used:
-			bctx, span := s.tracer.Start(ctx, "scheduler.bind", trace.WithAttributes(
-				attribute.String("pod", r.task.Key()), attribute.String("node", r.node), attribute.String("job", r.job.Key())))
-			// No bind may complete after the partition's record could be
-			// another shard's: the call's deadline is the use's.
-			deadline := time.Now().Add(s.cfg.CallTimeout)
-			if !until.IsZero() && until.Before(deadline) {
-				deadline = until
+		err := s.bindOnce(ctx, r)
+		for errors.Is(err, wire.ErrBindUnknown) {
+			s.stats.bindsInDoubt.Add(1)
+			s.log.Warn("bind outcome unknown: the pod keeps its room and the bind is tried again", "task", r.task.Key(), "node", r.node, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(s.cfg.BindBackoff):
 			}
-			cctx, cancel := context.WithDeadline(bctx, deadline)
-			err = s.deps.Binder.Bind(cctx, &r.task, r.node)
-			cancel()
-			if err != nil {
-				span.SetStatus(codes.Error, err.Error())
+			if ctx.Err() != nil {
+				s.endBind(r.job.UID)
+				err = ctx.Err()
+				break
 			}
-			span.End()
-			s.deps.Ownership.Done(key)
-		default:
-			err = fmt.Errorf("partition %s of node %s is no longer held by this shard", key, r.node)
+			if node, ok := s.deps.Cache.Assumed(r.task.UID); !ok || node != r.node {
+				// The informer settled it: bound (the assumption was
+				// confirmed) or gone.
+				s.endBind(r.job.UID)
+				err = nil
+				break
+			}
+			err = s.bindOnce(ctx, r)
 		}
-		leave()
 		s.mu.Lock()
 		delete(s.inflight, r.task.UID)
 		if err != nil {
@@ -327,6 +328,56 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		}
 		s.deps.Recorder.Scheduled(&r.task, r.node)
 	}
+}
+
+// endBind ends a bind's count among its job's binds, for a bind whose
+// doubt ended without another call.
+func (s *Scheduler) endBind(job string) {
+	s.mu.Lock()
+	s.rec(job).binding--
+	s.tidy(job)
+	s.mu.Unlock()
+}
+
+// bindOnce makes one bind call for r under its fences; an unknown outcome
+// leaves r counted among its job's binds (binding), anything else ends
+// that count.
+func (s *Scheduler) bindOnce(ctx context.Context, r bindReq) (err error) {
+	key := wire.PartitionKey(wire.Partition(r.node, s.cfg.Partitions))
+	leave, err := s.enterBind(r)
+	defer func() {
+		leave()
+		if errors.Is(err, wire.ErrBindUnknown) {
+			// Still in flight as far as the job is concerned.
+			s.mu.Lock()
+			s.rec(r.job.UID).binding++
+			s.mu.Unlock()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	until, used := s.deps.Ownership.UseUntil(key)
+	if !used {
+		return fmt.Errorf("partition %s of node %s is no longer held by this shard", key, r.node)
+	}
+	defer s.deps.Ownership.Done(key)
+	bctx, span := s.tracer.Start(ctx, "scheduler.bind", trace.WithAttributes(
+		attribute.String("pod", r.task.Key()), attribute.String("node", r.node), attribute.String("job", r.job.Key())))
+	defer span.End()
+	// No bind may be sent after the partition's record could be another
+	// shard's: the call's deadline is the use's.
+	deadline := time.Now().Add(s.cfg.CallTimeout)
+	if !until.IsZero() && until.Before(deadline) {
+		deadline = until
+	}
+	cctx, cancel := context.WithDeadline(bctx, deadline)
+	defer cancel()
+	err = s.deps.Binder.Bind(cctx, &r.task, r.node)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
 }
 
 // parallel calls f for every item with at most n calls at once, and

@@ -23,7 +23,10 @@ import (
 )
 
 // Binder binds one pod to a node. Called concurrently by the bind workers;
-// it may block for the duration of one API call.
+// it may block for the duration of one API call. An error wrapping
+// wire.ErrBindUnknown says the call may have bound the pod (or may yet):
+// the scheduler keeps the pod's room and asks again. Binding a pod already
+// bound to the same node must succeed.
 type Binder interface {
 	Bind(ctx context.Context, t *api.Task, node string) error
 }
@@ -218,7 +221,7 @@ type Scheduler struct {
 	stats struct {
 		cycles, binds, bindFailures, admitted, quotaWaits, assumeRefused, holds atomic.Int64
 		offers, offerTimeouts, claims, refusals                                 atomic.Int64
-		orphans                                                                 atomic.Int64
+		orphans, bindsInDoubt                                                   atomic.Int64
 	}
 	obs Observer
 	// marked: the reservations marked for eviction, as last read (loop
@@ -394,6 +397,8 @@ type Stats struct {
 	// Orphans counts reservations released by reconciliation because no
 	// job they could cover exists.
 	Orphans int64
+	// BindsInDoubt counts bind calls whose outcome was unknown (retried).
+	BindsInDoubt int64
 }
 
 // Stats returns the counters since start.
@@ -401,7 +406,8 @@ func (s *Scheduler) Stats() Stats {
 	return Stats{Cycles: s.stats.cycles.Load(), Binds: s.stats.binds.Load(), BindFailures: s.stats.bindFailures.Load(),
 		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load(),
 		Offers: s.stats.offers.Load(), OfferTimeouts: s.stats.offerTimeouts.Load(), Claims: s.stats.claims.Load(), Refusals: s.stats.refusals.Load(),
-		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load(), Orphans: s.stats.orphans.Load()}
+		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load(), Orphans: s.stats.orphans.Load(),
+		BindsInDoubt: s.stats.bindsInDoubt.Load()}
 }
 
 // Cycle runs one scheduling cycle: snapshot, admission, placement, status.

@@ -3,7 +3,9 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/status"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // Binder binds pods through the pods/binding subresource. Safe for
@@ -30,13 +33,52 @@ type Binder struct {
 func NewBinder(cs kubernetes.Interface) *Binder { return &Binder{cs: cs} }
 
 // Bind binds one pod, identified by UID as well as name (a re-created pod
-// with the same name is not bound by mistake).
+// with the same name is not bound by mistake). A pod found already bound to
+// node (an earlier call whose answer was lost did it) is success. An error
+// after which the pod may be bound, or be bound later (a timeout, a broken
+// connection, a server error), wraps wire.ErrBindUnknown; an answer that
+// refuses the bind (the pod is gone, bound elsewhere, forbidden, throttled
+// before being served) does not.
 func (b *Binder) Bind(ctx context.Context, t *api.Task, node string) error {
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: t.Name, UID: types.UID(t.UID)},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
-	return b.cs.CoreV1().Pods(t.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	err := b.cs.CoreV1().Pods(t.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsConflict(err):
+		// "already assigned": by an earlier call of ours, or not.
+		p, gerr := b.cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
+		switch {
+		case gerr == nil && string(p.UID) == t.UID && p.Spec.NodeName == node:
+			return nil
+		case gerr == nil || apierrors.IsNotFound(gerr):
+			return err
+		}
+		return fmt.Errorf("%w: %w (and reading the pod back: %v)", wire.ErrBindUnknown, err, gerr)
+	case bindRefused(err):
+		return err
+	}
+	return fmt.Errorf("%w: %w", wire.ErrBindUnknown, err)
+}
+
+// bindRefused reports whether err is an answer of the API server saying
+// the bind was not, and will not be, carried out.
+func bindRefused(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false // no answer: a timeout or a broken connection
+	}
+	switch st.Status().Code {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
+		http.StatusMethodNotAllowed, http.StatusConflict, http.StatusGone, http.StatusUnprocessableEntity,
+		http.StatusTooManyRequests:
+		return true
+	}
+	// 500 and the server's own timeouts (504) may have written the binding.
+	return false
 }
 
 // StatusWriter writes Queue and PodGroup status with server-side apply
