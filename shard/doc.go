@@ -36,8 +36,23 @@
 // yet have seen the previous holder's last binds in its informers: it keeps
 // books for (and places on) a partition's nodes only once it has held the
 // key for a quiet period (HeldFor; internal/shardproc's HandoverQuiet, 1 s),
-// and rebuilds a node's books when they disagree with the truth. Neither
-// allowance is proven by a fault run yet (issue 17's harness).
+// and rebuilds a node's books when they disagree with the truth.
+//
+// Within one holder the same gap opens the other way: a bind the shard
+// gave up on (its deadline passed, its connection broke, the server timed
+// out) may still have been carried out. The scheduler therefore forgets a
+// pod's room only on an answer that refuses the bind; a bind whose outcome
+// is unknown (wire.ErrBindUnknown) keeps the room and is asked again until
+// the answer is known or the informer shows the pod, so the holder never
+// places a second pod on room the first may occupy. The fault runs
+// (bench/realbench -modes faults: a shard cut off from etcd while its binds
+// are slowed, the API server slowed for one shard, etcd stalled, a gossip
+// partition, a shard paused past its lease) check both allowances from the
+// API server's pods after every run; the slowed API server found the second
+// gap (two nodes double-booked) before the scheduler kept rooms in doubt.
+// What no allowance covers: a bind request delayed in the network beyond
+// margin/2 past its deadline and then applied, after a new holder placed on
+// the node; the pods/binding subresource cannot be fenced by the record.
 //
 // # Claims
 //

@@ -41,6 +41,8 @@
 //	                    process: the API server's ceiling (it skips the
 //	                    nodes it has filled, and ignores PodGroups and queues)
 //	shardsched-N        N shardsched shards in this process
+//	shardsched-N-json   the same with pods, nodes and bindings as JSON instead
+//	                    of protobuf (to compare the two)
 //	kube-scheduler      kube-scheduler v1.36.3 as a process, default
 //	                    settings (client QPS 50, burst 100)
 //	kube-scheduler-qps  the same with client QPS and burst 5000

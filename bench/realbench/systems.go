@@ -85,10 +85,11 @@ func parseSystem(name string) (sysSpec, error) {
 		return sysSpec{name: name, impl: binderSystem{workers: 32}}, nil
 	case strings.HasPrefix(name, "shardsched-"):
 		var n int
-		if _, err := fmt.Sscanf(name, "shardsched-%d", &n); err != nil || n < 1 || n > 16 || fmt.Sprintf("shardsched-%d", n) != name {
-			return sysSpec{}, fmt.Errorf("system %q: want shardsched-N with N in 1..16", name)
+		base, json := strings.CutSuffix(name, "-json")
+		if _, err := fmt.Sscanf(base, "shardsched-%d", &n); err != nil || n < 1 || n > 16 || fmt.Sprintf("shardsched-%d", n) != base {
+			return sysSpec{}, fmt.Errorf("system %q: want shardsched-N or shardsched-N-json with N in 1..16", name)
 		}
-		return sysSpec{name: name, shards: n, impl: shardschedSystem{shards: n}}, nil
+		return sysSpec{name: name, shards: n, impl: shardschedSystem{shards: n, json: json}}, nil
 	case name == "kube-scheduler" || name == "kube-scheduler-qps":
 		bin, err := kubeSchedulerBinary()
 		if err != nil {
@@ -100,7 +101,7 @@ func parseSystem(name string) (sysSpec, error) {
 		}
 		return sysSpec{name: name, impl: ks}, nil
 	}
-	return sysSpec{}, fmt.Errorf("unknown system %q (binder, shardsched-N, kube-scheduler, kube-scheduler-qps)", name)
+	return sysSpec{}, fmt.Errorf("unknown system %q (binder, shardsched-N, shardsched-N-json, kube-scheduler, kube-scheduler-qps)", name)
 }
 
 // processPeakRSSKiB is the peak RSS of the bench process so far (Linux
@@ -247,7 +248,12 @@ func (p *rrPlacer) place(req api.Resource) (string, bool) {
 // shardschedSystem runs shards daemons in this process, each with its own
 // gossip port, coordinating through the bench etcd under a prefix of the
 // run's own.
-type shardschedSystem struct{ shards int }
+// shardschedSystem is shards in-process shards; json makes their built-in
+// objects travel as JSON rather than protobuf (daemon.Options.JSON).
+type shardschedSystem struct {
+	shards int
+	json   bool
+}
 
 func (s shardschedSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*instance, error) {
 	var startErr error
@@ -255,6 +261,7 @@ func (s shardschedSystem) start(ctx context.Context, env *benchEnv, run runSpec)
 		var seed string
 		for i := 0; i < s.shards; i++ {
 			opts := daemonOptions(env.rest, env.etcd, fmt.Sprintf("shardsched-%d-%d", run.index, i), fmt.Sprintf("/bench/%d", run.index), run.schedName)
+			opts.JSON = s.json
 			if seed != "" {
 				opts.Shard.Join = []string{seed}
 			}

@@ -58,7 +58,7 @@ func main() {
 	flag.Float64Var(&o.chaosMin, "chaos-minutes", 2, "simulated (= wall) minutes of the chaos scenario")
 	flag.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	flag.StringVar(&o.out, "out", "bench/out/sim", "directory for report.md, report.json and the plots")
-	flag.StringVar(&o.include, "include", "", "a report.json whose runs and targets to include (e.g. the real mode's)")
+	flag.StringVar(&o.include, "include", "", "report.json files, comma-separated, whose runs and targets to include (e.g. the real mode's); -rejudge reads one")
 	flag.BoolVar(&o.fsync, "fsync", true, "the embedded etcd syncs its log (as in production)")
 	flag.BoolVar(&o.verbose, "v", false, "log the shards' warnings to stderr")
 	flag.BoolVar(&o.rejudge, "rejudge", false, "run nothing: judge the simulated runs of the -include report again and write it to -out")
@@ -117,8 +117,8 @@ func run(ctx context.Context, o options) error {
 	rep := report.Report{Title: "shardsched bench", Command: strings.Join(os.Args, " "), Started: time.Now().UTC(),
 		Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())}
 	if o.rejudge {
-		if o.include == "" {
-			return errors.New("-rejudge needs -include (the report to judge again)")
+		if o.include == "" || strings.Contains(o.include, ",") {
+			return errors.New("-rejudge needs -include with one report (the report to judge again)")
 		}
 		inc, err := report.Read(o.include)
 		if err != nil {
@@ -149,15 +149,18 @@ func run(ctx context.Context, o options) error {
 		fmt.Fprintf(os.Stderr, "simbench: wrote %s\n", strings.Join(files.All(), ", "))
 		return nil
 	}
-	if o.include != "" {
-		inc, err := report.Read(o.include)
+	for _, path := range strings.Split(o.include, ",") {
+		if path == "" {
+			continue
+		}
+		inc, err := report.Read(path)
 		if err != nil {
 			return err
 		}
 		rep.Runs = append(rep.Runs, inc.Runs...)
 		rep.Targets = append(rep.Targets, inc.Targets...)
 		rep.Notes = append(rep.Notes, inc.Notes...)
-		rep.Notes = append(rep.Notes, fmt.Sprintf("real-mode runs from %s (%s)", o.include, inc.Command))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("runs from %s (%s)", path, inc.Command))
 	}
 	logger := slog.New(slog.DiscardHandler)
 	if o.verbose {

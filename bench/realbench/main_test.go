@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/shardsched/shardsched/bench/report"
+	"github.com/shardsched/shardsched/internal/cluster"
+	"github.com/shardsched/shardsched/internal/testenv"
+)
+
+// cp is set once by TestMain and only read afterwards.
+var cp testenv.ControlPlane
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, testenv.Options{Kwok: true}, &cp))
+}
+
+// The short version of `realbench -modes faults`: every scenario once, on
+// 20 kwok nodes, against the real control plane and shard processes built
+// from cmd/shardsched; each must end with no invariant broken (computed
+// from the API server and etcd) and with every pod that fits bound.
+func TestFaultScenarios(t *testing.T) {
+	cfg := cp.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.CreateNodes(ctx, cs, uniformShape().nodes("faults-node", 20), 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	bin, cleanup, err := shardschedBinary(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	env := &benchEnv{rest: cfg, cs: cs, kubeconfig: cp.Kubeconfig, dir: t.TempDir()}
+	fo := faultOptions{seeds: 1, firstSeed: 1, stream: 6 * time.Second, timeout: time.Minute}
+	var runs []report.Run
+	if err := runFaults(ctx, fo, env, bin, func(r report.Run) error { runs = append(runs, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != len(scenarioNames()) {
+		t.Fatalf("%d scenarios reported, want %d", len(runs), len(scenarioNames()))
+	}
+	for _, r := range runs {
+		if r.Pods == 0 {
+			t.Errorf("%s: no pod bound", r.Name)
+		}
+		if r.Failed() {
+			t.Errorf("%s broke an invariant: %v\n%s", r.Name, r.Invariants, strings.Join(r.Notes, "\n"))
+		}
+	}
+}
