@@ -191,23 +191,32 @@ func startChaosShards(dir, bin string, n int, schedName string, links func(i int
 		return nil, err
 	}
 	for i := 0; i < n; i++ {
-		var ports [3]int
-		for k := range ports {
-			p, err := cluster.FreePort()
-			if err != nil {
-				return fail(err)
-			}
-			ports[k] = p
-		}
 		name := fmt.Sprintf("shard-%d", i)
 		sdir := filepath.Join(dir, name)
 		if err := os.MkdirAll(sdir, 0o755); err != nil {
 			return fail(err)
 		}
-		gossip := "127.0.0.1:" + strconv.Itoa(ports[0])
-		link, err := links(i, gossip)
+		// The gossip port is held while links sets up what it needs (it
+		// may listen on ports of its own, which must not take this one),
+		// and the other ports are picked after.
+		gl, ul, err := holdGossipPort()
 		if err != nil {
 			return fail(err)
+		}
+		gossip := gl.Addr().String()
+		link, err := links(i, gossip)
+		_, _ = gl.Close(), ul.Close()
+		if err != nil {
+			return fail(err)
+		}
+		var ports [3]int
+		ports[0] = gl.Addr().(*net.TCPAddr).Port
+		for k := 1; k < len(ports); k++ {
+			p, err := cluster.FreePort()
+			if err != nil {
+				return fail(err)
+			}
+			ports[k] = p
 		}
 		httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
 		args := []string{
@@ -242,6 +251,25 @@ func startChaosShards(dir, bin string, n int, schedName string, links func(i int
 		out = append(out, &chaosShard{name: name, proc: p, metrics: "http://" + httpAddr + "/metrics", readyz: "http://" + httpAddr + "/readyz", gossip: gossip})
 	}
 	return out, nil
+}
+
+// holdGossipPort listens on a loopback port free for both TCP and UDP
+// (memberlist takes both), holding it until the caller closes the two.
+func holdGossipPort() (net.Listener, net.PacketConn, error) {
+	var last error
+	for range 10 {
+		gl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, err
+		}
+		ul, err := net.ListenPacket("udp", gl.Addr().String())
+		if err == nil {
+			return gl, ul, nil
+		}
+		last = err
+		_ = gl.Close()
+	}
+	return nil, nil, fmt.Errorf("no loopback port free for both TCP and UDP: %w", last)
 }
 
 // kill sends SIGKILL to the shard's process group: no graceful stop, its
