@@ -77,7 +77,7 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	}
 	s := &Source{
 		log: log, sink: sink, onQueues: onQueues,
-		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(stripManagedFields)),
+		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(compactCore)),
 		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
 	// Pods by node, so rebuilding an out-of-sync node reads its pods only.
@@ -191,6 +191,64 @@ func (s *Source) NodeState(name string) (api.Node, []api.Task, error) {
 
 // podNodeIndex indexes pods by spec.nodeName.
 const podNodeIndex = "nodeName"
+
+// lastApplied is kubectl's copy of the applied manifest, often the largest
+// annotation of an object and never read here.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// compactCore is the built-in informers' transform: a pod is cut down to
+// what the scheduler reads (compactPod), anything else loses its managed
+// fields.
+func compactCore(o any) (any, error) {
+	if p, ok := o.(*corev1.Pod); ok {
+		return compactPod(p), nil
+	}
+	return stripManagedFields(o)
+}
+
+// compactPod returns the part of p that TaskFromPod and PodRequest read,
+// which is all the cache and the node truth ever read of a pod: its
+// metadata (without managed fields or kubectl's last-applied copy), the
+// scheduling fields of its spec, its containers' names and requests, and
+// its phase. Every pod event of the cluster is decoded and kept by every
+// shard: environment, volumes, probes, images and status conditions are
+// most of a pod's bytes and none of them is read.
+func compactPod(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}
+	out.ManagedFields = nil
+	if _, ok := p.Annotations[lastApplied]; ok {
+		out.Annotations = make(map[string]string, len(p.Annotations)-1)
+		for k, v := range p.Annotations {
+			if k != lastApplied {
+				out.Annotations[k] = v
+			}
+		}
+	}
+	out.Spec = corev1.PodSpec{
+		NodeName: p.Spec.NodeName, SchedulerName: p.Spec.SchedulerName, Priority: p.Spec.Priority,
+		PriorityClassName: p.Spec.PriorityClassName, NodeSelector: p.Spec.NodeSelector,
+		Tolerations: p.Spec.Tolerations, Overhead: p.Spec.Overhead,
+		Containers: compactContainers(p.Spec.Containers), InitContainers: compactContainers(p.Spec.InitContainers),
+	}
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
+	}
+	out.Status.Phase = p.Status.Phase
+	return out
+}
+
+// compactContainers keeps each container's name and requests.
+func compactContainers(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests}}
+	}
+	return out
+}
 
 // stripManagedFields drops what the scheduler never reads before an object
 // is stored: managed fields are often the largest part of an object, and
