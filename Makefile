@@ -11,7 +11,7 @@ VERSION  := 0.1.0
 RUN_ARGS ?=
 TEST_TIMEOUT ?= 30m
 
-.PHONY: run build image test vet controlplane bench-tools bench bench-full generate verify-generated bench-coordinator clean
+.PHONY: run build image test vet controlplane bench-tools bench bench-full bench-scale generate verify-generated bench-coordinator clean
 
 ## run: build, bring up the local cluster (etcd, kube-apiserver, controller-manager, kwok nodes, 3 shard processes, demo queues and jobs); Ctrl-C stops it
 run: controlplane
@@ -62,6 +62,12 @@ bench-full: bench-tools
 	$(GO) run ./bench/simbench -tier 100k -scenarios churn,burst,chaos,reclaim -chaos-tier 100k -chaos-minutes 3 -shards 1,2,4,8 \
 		-include $(BENCH_OUT)/full/real/report.json,$(BENCH_OUT)/full/faults/report.json -out $(BENCH_OUT)/full/sim100k
 	$(GO) run ./bench/simbench -tier 1M -scenarios churn -shards 8 -include $(BENCH_OUT)/full/sim100k/report.json -out $(BENCH_OUT)/full
+
+## bench-scale: real mode at 5,000 kwok nodes: 20,000 pods of the churn workload's job mix (gangs, queues), the binder
+## against 1 and 3 shardsched OS processes (CPU and peak RSS per process, and a shard's restart warm-up at that size)
+bench-scale: bench-tools
+	$(GO) run ./bench/realbench -nodes 5000 -pods 20000 -warmup 0 -workload bench/workloads/churn.yaml -tier 100k \
+		-systems binder,shardsched-proc-1,shardsched-proc-3 -modes stream -timeout 20m -out $(BENCH_OUT)/scale
 
 ## bench-tools: the control plane plus kube-scheduler, which bench/realbench compares against (once; a few minutes more when cold)
 bench-tools:

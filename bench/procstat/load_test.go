@@ -126,3 +126,15 @@ func TestLoadSamplerConcurrentStop(t *testing.T) {
 		}
 	}
 }
+
+func TestParseVmHWM(t *testing.T) {
+	got, err := parseVmHWM("Name:\tshardsched\nVmPeak:\t 2000000 kB\nVmHWM:\t  524288 kB\nVmRSS:\t  1000 kB\n")
+	if err != nil || got != 512 {
+		t.Fatalf("VmHWM 524288 kB: %g MiB, %v; want 512", got, err)
+	}
+	for _, bad := range []string{"VmRSS:\t 1 kB\n", "VmHWM:\t x kB\n", "VmHWM:\t 12 MB\n"} {
+		if _, err := parseVmHWM(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -6,6 +6,8 @@
 package procstat
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -35,4 +37,34 @@ func RSSMiB() float64 {
 	}
 	pages, _ := strconv.ParseFloat(f[1], 64)
 	return pages * float64(os.Getpagesize()) / (1 << 20)
+}
+
+// PeakRSSMiBOf is the peak resident memory (VmHWM) of process pid in MiB.
+func PeakRSSMiBOf(pid int) (float64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	return parseVmHWM(string(b))
+}
+
+// parseVmHWM reads the VmHWM line ("VmHWM:    123456 kB") of a
+// /proc/<pid>/status text, in MiB.
+func parseVmHWM(status string) (float64, error) {
+	for _, line := range strings.Split(status, "\n") {
+		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("malformed VmHWM line %q", line)
+		}
+		kb, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("malformed VmHWM line %q: %w", line, err)
+		}
+		return kb / 1024, nil
+	}
+	return 0, errors.New("no VmHWM line (not a Linux /proc status, or a kernel thread)")
 }

@@ -155,6 +155,8 @@ type chaosShard struct {
 	readyz  string
 	killed  atomic.Bool // set just before the harness kills it
 	gossip  string      // the address its gossip listens on (TCP and UDP)
+	dir     string      // its working directory (its log is there)
+	args    []string    // its flags, to start it again
 	cpu0    time.Duration
 }
 
@@ -248,7 +250,8 @@ func startChaosShards(dir, bin string, n int, schedName string, links func(i int
 		if err != nil {
 			return fail(err)
 		}
-		out = append(out, &chaosShard{name: name, proc: p, metrics: "http://" + httpAddr + "/metrics", readyz: "http://" + httpAddr + "/readyz", gossip: gossip})
+		out = append(out, &chaosShard{name: name, proc: p, metrics: "http://" + httpAddr + "/metrics", readyz: "http://" + httpAddr + "/readyz",
+			gossip: gossip, dir: sdir, args: args})
 	}
 	return out, nil
 }

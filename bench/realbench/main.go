@@ -43,6 +43,10 @@
 //	shardsched-N        N shardsched shards in this process
 //	shardsched-N-json   the same with pods, nodes and bindings as JSON instead
 //	                    of protobuf (to compare the two)
+//	shardsched-proc-N   N cmd/shardsched OS processes on an etcd of their own:
+//	                    CPU and peak RSS per process, and shard-0's restart
+//	                    warm-up once the pods are bound (time to /readyz and
+//	                    to every key owned again)
 //	kube-scheduler      kube-scheduler v1.36.3 as a process, default
 //	                    settings (client QPS 50, burst 100)
 //	kube-scheduler-qps  the same with client QPS and burst 5000
@@ -295,7 +299,8 @@ func run(o options) error {
 	}
 	started := time.Now()
 	var shardschedBin string
-	if slices.Contains(o.modes, modeChaos) || slices.Contains(o.modes, modeFaults) {
+	if slices.Contains(o.modes, modeChaos) || slices.Contains(o.modes, modeFaults) ||
+		slices.ContainsFunc(o.systems, func(s sysSpec) bool { _, ok := s.impl.(procSystem); return ok }) {
 		fmt.Fprintln(os.Stderr, "building cmd/shardsched for the chaos and fault scenarios...")
 		bin, cleanup, err := shardschedBinary(ctx, o.shardschedBin)
 		if err != nil {
@@ -329,7 +334,7 @@ func run(o options) error {
 		return err
 	}
 	defer coordEtcd.Close()
-	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints, dumpMetrics: o.dumpMetrics}
+	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints, dumpMetrics: o.dumpMetrics, shardschedBin: shardschedBin}
 
 	if o.warmup > 0 {
 		fmt.Fprintf(os.Stderr, "warming up: the binder binds %d pods...\n", o.warmup)

@@ -39,6 +39,7 @@ type result struct {
 	cpu, harnessCPU time.Duration
 	inProcess       bool
 	peakRSSKiB      int64
+	notes           []string // the system's own (instance.finish)
 	boundTwice      int64 // pods whose nodeName changed once set
 	doubleBooked    int64 // nodes whose pods request more CPU than allocatable
 	// load is the machine's 1-minute load average from the clock start
@@ -187,6 +188,11 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	r.cpu, r.inProcess = inst.cpu()-cpu0, inst.inProcess
 	if !inst.inProcess {
 		r.harnessCPU = procstat.CPU() - harness0
+	}
+	if inst.finish != nil {
+		if r.notes, err = inst.finish(rctx); err != nil {
+			return result{}, err
+		}
 	}
 	stop()
 

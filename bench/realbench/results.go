@@ -72,6 +72,9 @@ func printTables(w io.Writer, o options, results []result) {
 			if !r.inProcess {
 				fmt.Fprintf(w, "%s: the harness (this process: pod creators and watch) used %.1f CPU s beside it.\n", r.sys.name, r.harnessCPU.Seconds())
 			}
+			for _, n := range r.notes {
+				fmt.Fprintf(w, "%s: %s.\n", r.sys.name, n)
+			}
 			if l := reportLoad(r.load); l != nil {
 				fmt.Fprintf(w, "%s: machine load (1 min) %.2f when the clock started, %.2f on average (max %.2f) while it ran, on %d CPUs.\n",
 					r.sys.name, l.Before, l.Mean, l.Max, l.CPUs)
@@ -231,7 +234,7 @@ func toRun(r result, tier, label string) report.Run {
 	} else {
 		note += fmt.Sprintf("; the harness used %.1f CPU s beside it (not counted)", r.harnessCPU.Seconds())
 	}
-	run.Notes = []string{note}
+	run.Notes = append([]string{note}, r.notes...)
 	return run
 }
 

@@ -40,6 +40,8 @@ type benchEnv struct {
 	etcd       []string
 	// dumpMetrics prints each shard's metrics when its run ends.
 	dumpMetrics bool
+	// shardschedBin is cmd/shardsched, built when a run needs it.
+	shardschedBin string
 }
 
 // runSpec names one run: the namespace its pods live in and the
@@ -70,6 +72,9 @@ type instance struct {
 	check func() error
 	// stop ends the system, waits for it and returns its peak RSS in KiB.
 	stop func() (peakRSSKiB int64)
+	// finish, when set, is called once the run's pods are bound, before
+	// stop: what it returns goes into the run's notes.
+	finish func(ctx context.Context) ([]string, error)
 }
 
 // sysSpec is a system as named on the command line.
@@ -83,6 +88,12 @@ func parseSystem(name string) (sysSpec, error) {
 	switch {
 	case name == "binder":
 		return sysSpec{name: name, impl: binderSystem{workers: 32}}, nil
+	case strings.HasPrefix(name, "shardsched-proc-"):
+		var n int
+		if _, err := fmt.Sscanf(name, "shardsched-proc-%d", &n); err != nil || n < 1 || n > 16 || fmt.Sprintf("shardsched-proc-%d", n) != name {
+			return sysSpec{}, fmt.Errorf("system %q: want shardsched-proc-N with N in 1..16", name)
+		}
+		return sysSpec{name: name, shards: n, impl: procSystem{shards: n}}, nil
 	case strings.HasPrefix(name, "shardsched-"):
 		var n int
 		base, json := strings.CutSuffix(name, "-json")
@@ -101,7 +112,7 @@ func parseSystem(name string) (sysSpec, error) {
 		}
 		return sysSpec{name: name, impl: ks}, nil
 	}
-	return sysSpec{}, fmt.Errorf("unknown system %q (binder, shardsched-N, shardsched-N-json, kube-scheduler, kube-scheduler-qps)", name)
+	return sysSpec{}, fmt.Errorf("unknown system %q (binder, shardsched-N, shardsched-N-json, shardsched-proc-N, kube-scheduler, kube-scheduler-qps)", name)
 }
 
 // processPeakRSSKiB is the peak RSS of the bench process so far (Linux

@@ -94,6 +94,9 @@ func (d *driver) notes(st Stats, rssEnd float64) {
 		fmt.Sprintf("%d pods submitted, %d bound, %d completed, %d evicted by drains; %d binds refused by the API (already bound or gone)", st.Submitted, st.Binds, st.Completed, st.Evicted, st.BindRefused),
 		fmt.Sprintf("status writes: %d queue, %d PodGroup; most shards writing one queue: %d, one PodGroup: %d", st.QueueWrites, st.PodGroupWrites, st.WritersPerQueue, st.WritersPerPodGroup),
 		fmt.Sprintf("RSS: %.0f MiB before the shards started, %.0f MiB at the end of warm-up, %.0f MiB at the end (after GC); whole process: cluster model, embedded etcd and %d shards", d.sampler.rss0, d.sampler.rssWarm, rssEnd, cfg.Shards))
+	if n := s.reserves.note(); n != "" {
+		run.Notes = append(run.Notes, n)
+	}
 	run.Notes = append(run.Notes, quotaNotes(s.cl, st)...)
 	if st.GroupsCreated > 0 || st.GroupsDeletedUnderPods > 0 {
 		run.Notes = append(run.Notes, fmt.Sprintf("implicit PodGroups: %d created and %d deleted by the shards; %d deleted while their pods still ran or waited",

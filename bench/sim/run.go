@@ -163,6 +163,8 @@ type sim struct {
 	// holders are the live shards, for the binders' fencing check (read
 	// by bind workers; replaced whole by the driver).
 	holders atomic.Pointer[[]*shard.Shard]
+	// reserves collects every shard's reservation latencies.
+	reserves reserveWatch
 }
 
 // setHolders publishes the live shards to the binders.
@@ -202,6 +204,7 @@ func (s *sim) startShard(ctx context.Context, name string) error {
 	parts := s.cfg.Partitions
 	pr, err := shardproc.New(ctx, shardproc.Options{Name: name, Etcd: cli, Shard: scfg, Coordinator: ccfg, Scheduler: sc,
 		Status: status.DefaultConfig(), Logger: s.cfg.Logger}, shardproc.Ports{
+		Observer: &s.reserves,
 		Recorder: &Recorder{c: s.cl}, Status: &StatusWriter{c: s.cl, shard: name}, Groups: &Groups{c: s.cl}, Evictor: evictor,
 		NodeState: s.cl.NodeState,
 		Binder: &Binder{c: s.cl, shard: name, othersHold: func(node string) bool {

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/shardsched/shardsched/bench/procstat"
+	"github.com/shardsched/shardsched/internal/cluster"
+)
+
+// procSystem is shards cmd/shardsched OS processes (as a StatefulSet runs
+// them, one process a pod) on an etcd of the run's own. Its figures are the
+// processes' own: CPU and peak RSS per process, and, once the run's pods
+// are bound, how long shard-0 takes to be ready and to own its keys again
+// after a restart with every pod of the run in the cluster (restart
+// warm-up).
+type procSystem struct{ shards int }
+
+func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*instance, error) {
+	if env.shardschedBin == "" {
+		return nil, errors.New("shardsched-proc: no cmd/shardsched binary was built")
+	}
+	vc, err := volcano.NewForConfig(env.rest)
+	if err != nil {
+		return nil, err
+	}
+	total, err := ownershipKeys(ctx, vc)
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := cluster.StartEtcd(cluster.EtcdOptions{LogLevel: "fatal"})
+	if err != nil {
+		return nil, err
+	}
+	shards, err := startChaosShards(filepath.Join(env.dir, run.namespace), env.shardschedBin, p.shards, run.schedName,
+		directLinks(etcd.Endpoints[0], env.kubeconfig))
+	if err != nil {
+		etcd.Close()
+		return nil, err
+	}
+	var peak int64
+	stopped := false
+	stop := func() int64 {
+		if !stopped {
+			stopped = true
+			for _, s := range shards {
+				peak = max(peak, s.proc.stop())
+			}
+			etcd.Close()
+		}
+		return peak
+	}
+	t0 := time.Now()
+	if err := newMonitor(shards).waitSettled(ctx, total, 5*time.Minute); err != nil {
+		stop()
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "  %d shard processes own all %d keys after %.1f s\n", p.shards, total, time.Since(t0).Seconds())
+	cpu0 := make([]time.Duration, len(shards))
+	for i, s := range shards {
+		cpu0[i] = s.proc.cpu()
+	}
+	return &instance{
+		cpu: func() time.Duration {
+			var sum time.Duration
+			for i, s := range shards {
+				sum += s.proc.cpu() - cpu0[i]
+			}
+			return sum
+		},
+		check: func() error { return unexpectedExit(shards) },
+		stop:  stop,
+		finish: func(ctx context.Context) ([]string, error) {
+			var notes []string
+			for i, s := range shards {
+				rss, err := procstat.PeakRSSMiBOf(s.proc.cmd.Process.Pid)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", s.name, err)
+				}
+				notes = append(notes, fmt.Sprintf("%s: %.1f CPU s over the run, peak RSS %.0f MiB", s.name, (s.proc.cpu() - cpu0[i]).Seconds(), rss))
+			}
+			ready, owned, err := restartShard(ctx, shards, 0, total)
+			if err != nil {
+				return nil, fmt.Errorf("restart %s: %w", shards[0].name, err)
+			}
+			notes = append(notes, fmt.Sprintf("restart warm-up: %s stopped (SIGTERM) and started again with the run's %d pods in the cluster: /readyz answered after %.1f s, every partition and queue owned again after %.1f s",
+				shards[0].name, run.pods, ready.Seconds(), owned.Seconds()))
+			return notes, nil
+		},
+	}, nil
+}
+
+// restartShard stops shards[i] gracefully, starts it again with the same
+// flags, and returns how long after the start its /readyz answered and the
+// live shards owned every one of total keys again.
+func restartShard(ctx context.Context, shards []*chaosShard, i, total int) (ready, owned time.Duration, err error) {
+	s := shards[i]
+	s.proc.stop()
+	dir := filepath.Join(s.dir, "restart")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	p, err := startSchedulerProcess(dir, s.proc.cmd.Path, s.args...)
+	if err != nil {
+		return 0, 0, err
+	}
+	s.proc = p
+	if err := p.waitReady(ctx, s.readyz, 10*time.Minute); err != nil {
+		return 0, 0, err
+	}
+	ready = time.Since(t0)
+	if err := newMonitor(shards).waitSettled(ctx, total, 10*time.Minute); err != nil {
+		return 0, 0, err
+	}
+	return ready, time.Since(t0), nil
+}
