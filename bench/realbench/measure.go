@@ -40,8 +40,8 @@ type result struct {
 	inProcess       bool
 	peakRSSKiB      int64
 	notes           []string // the system's own (instance.finish)
-	boundTwice      int64 // pods whose nodeName changed once set
-	doubleBooked    int64 // nodes whose pods request more CPU than allocatable
+	boundTwice      int64    // pods whose nodeName changed once set
+	doubleBooked    int64    // nodes whose pods request more CPU than allocatable
 	// load is the machine's 1-minute load average from the clock start
 	// to the end of the wait for binds.
 	load procstat.LoadStats

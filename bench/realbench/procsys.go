@@ -83,7 +83,7 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", s.name, err)
 				}
-				notes = append(notes, fmt.Sprintf("%s: %.1f CPU s over the run, peak RSS %.0f MiB", s.name, (s.proc.cpu() - cpu0[i]).Seconds(), rss))
+				notes = append(notes, fmt.Sprintf("%s: %.1f CPU s over the run, peak RSS %.0f MiB", s.name, (s.proc.cpu()-cpu0[i]).Seconds(), rss))
 			}
 			ready, owned, err := restartShard(ctx, shards, 0, total)
 			if err != nil {

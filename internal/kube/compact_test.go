@@ -29,8 +29,8 @@ func fullPod(i int) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("trainer-%d", i), UID: types.UID(fmt.Sprint("uid-", i)),
 			CreationTimestamp: metav1.Now(), ResourceVersion: "12345",
-			Labels:            map[string]string{"app": "trainer", "job": "j1"},
-			Annotations: map[string]string{GroupNameAnnotation: "j1", QueueNameAnnotation: "q", lastApplied: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"trainer"},"spec":{"containers":[{"name":"main","image":"registry.example.com/team/trainer:v1.2.3"}]}}`},
+			Labels:          map[string]string{"app": "trainer", "job": "j1"},
+			Annotations:     map[string]string{GroupNameAnnotation: "j1", QueueNameAnnotation: "q", lastApplied: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"trainer"},"spec":{"containers":[{"name":"main","image":"registry.example.com/team/trainer:v1.2.3"}]}}`},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j1", UID: "owner", Controller: &ctl}},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}},
 		Spec: corev1.PodSpec{
