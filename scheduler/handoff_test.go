@@ -382,7 +382,7 @@ type rig struct {
 	afterCycle func()
 }
 
-func newRig(t *testing.T, name string, notHeld ...string) *rig {
+func newRig(t testing.TB, name string, notHeld ...string) *rig {
 	t.Helper()
 	r := &rig{c: cache.New(cache.Options{}), own: &fakeOwnership{notHeld: map[string]bool{}, uses: map[string]int{}},
 		quota: &fakeQuota{}, peers: &fakePeers{name: name}, claims: newFakeClaims(name), now: time.Unix(1_000_000, 0)}
@@ -396,7 +396,7 @@ func newRig(t *testing.T, name string, notHeld ...string) *rig {
 }
 
 // newScheduler is a scheduler over the rig's cache and fakes.
-func (r *rig) newScheduler(t *testing.T, seed uint64, st Status) *Scheduler {
+func (r *rig) newScheduler(t testing.TB, seed uint64, st Status) *Scheduler {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Seed = seed
@@ -410,7 +410,7 @@ func (r *rig) newScheduler(t *testing.T, seed uint64, st Status) *Scheduler {
 }
 
 // start runs the scheduler's bind workers until stop (or the test's end).
-func (r *rig) start(t *testing.T) {
+func (r *rig) start(t testing.TB) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := r.s.StartBinders(ctx)
 	r.stopBinders = func() {

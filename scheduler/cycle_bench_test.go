@@ -1,0 +1,35 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// BenchmarkSteadyCycle is one scheduling cycle of a shard owning 1,000
+// nodes with 100 running jobs of 100 bound pods each and nothing to place:
+// the cost every cycle pays (50 a second at the default interval) before
+// any work arrives.
+func BenchmarkSteadyCycle(b *testing.B) {
+	r := newRig(b, "shard-o")
+	for i := 0; i < 1000; i++ {
+		r.node(fmt.Sprintf("n%d", i), 64)
+	}
+	for j := 0; j < 100; j++ {
+		uid := fmt.Sprintf("job-%d", j)
+		r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: 1, Phase: api.JobRunning})
+		for k := 0; k < 100; k++ {
+			r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", uid, k), UID: fmt.Sprintf("%s-%d", uid, k), Job: uid,
+				Request: api.NewResource(1000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskRunning, SchedulerName: "volcano",
+				NodeName: fmt.Sprintf("n%d", (j*100+k)%1000)})
+		}
+	}
+	ctx := context.Background()
+	r.s.Cycle(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.s.Cycle(ctx)
+	}
+}
