@@ -92,6 +92,9 @@ type faultOptions struct {
 	stream    time.Duration // the pods of a run are created evenly over this long
 	timeout   time.Duration // bound on binding after the last pod was created
 	firstSeed uint64
+	// logs, when set, receives the shard logs of every run with a
+	// violation, in a directory named after the run.
+	logs string
 }
 
 // faultScenario is one fault, injected on a victim shard and held.
@@ -603,15 +606,25 @@ func (w *faultWorld) runSeed(ctx context.Context, fo faultOptions, sc faultScena
 	if lost > 0 {
 		res.details = append(res.details, fmt.Sprintf("%d admitted jobs lost%s; %s", lost, lostWhy, timeline))
 	}
+	var unbound []string
 	for i := range ours {
 		if ours[i].Spec.NodeName != "" {
 			res.bound++
+		} else if !strings.HasPrefix(ours[i].Name, "gang-") {
+			unbound = append(unbound, ours[i].Name)
 		}
 	}
 	if res.bound < expected {
+		sort.Strings(unbound)
 		res.violations[invNeverBound] = int64(expected - res.bound)
-		res.details = append(res.details, fmt.Sprintf("%d of the %d pods that fit were not bound %s after the last was created; %s; live shards owned fewer than all keys during: %s",
-			expected-res.bound, expected, fo.timeout, timeline, ownershipSpans(samples, start, total)))
+		res.details = append(res.details, fmt.Sprintf("%d of the %d pods that fit were not bound %s after the last was created (single pods among them: %s); %s; live shards owned fewer than all keys during: %s",
+			expected-res.bound, expected, fo.timeout, strings.Join(unbound[:min(len(unbound), 10)], ", "), timeline, ownershipSpans(samples, start, total)))
+	}
+	if len(res.details) > 0 && fo.logs != "" {
+		if err := copyShardLogs(filepath.Join(fo.logs, name), f.shards); err != nil {
+			return res, fmt.Errorf("copy the shard logs: %w", err)
+		}
+		res.details = append(res.details, "shard logs in "+filepath.Join(fo.logs, name))
 	}
 	if err := deletePods(ctx, cs, name); err != nil {
 		return res, fmt.Errorf("delete the run's pods: %w", err)

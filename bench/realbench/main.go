@@ -89,6 +89,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -169,6 +170,9 @@ func main() {
 	flag.BoolVar(&o.dumpMetrics, "dump-metrics", false, "print each shard's shardsched_* metrics to stderr when its run ends")
 	flag.Parse()
 	o.fault.scenarios = splitList(*faultScenarioList)
+	if o.out != "" {
+		o.fault.logs = filepath.Join(o.out, "fault-logs")
+	}
 	if err := o.parse(modes, systems); err != nil {
 		fail(2, err)
 	}
