@@ -57,6 +57,7 @@ import (
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/bench/faults"
+	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/internal/cluster"
 	"github.com/shardsched/shardsched/internal/kube"
@@ -291,11 +292,13 @@ func runFaults(ctx context.Context, fo faultOptions, env *benchEnv, bin string, 
 	}
 	for n, sc := range scenarios {
 		var seeds []seedResult
+		load := procstat.StartLoadSampler(loadSampleEvery)
 		for k := 0; k < fo.seeds; k++ {
 			seed := fo.firstSeed + uint64(k)
 			fmt.Fprintf(os.Stderr, "faults: %s, seed %d (%d of %d): %d pods of %dm CPU on %d nodes...\n", sc.name, seed, k+1, fo.seeds, w.pods, w.podMilli, w.nodes)
 			r, err := w.runSeed(ctx, fo, sc, seed, n*fo.seeds+k)
 			if err != nil {
+				load.Stop()
 				return fmt.Errorf("%s, seed %d: %w", sc.name, seed, err)
 			}
 			fmt.Fprintf(os.Stderr, "faults: %s, seed %d: %s (%s%s), %d/%d pods bound, violations %s\n",
@@ -303,7 +306,9 @@ func runFaults(ctx context.Context, fo faultOptions, env *benchEnv, bin string, 
 				fmt.Sprintf(", fault %.1f–%.1f s", r.at, r.healed), r.bound, r.pods, formatViolations(r.violations))
 			seeds = append(seeds, r)
 		}
-		if err := done(assembleFaults(sc, seeds, w)); err != nil {
+		r := assembleFaults(sc, seeds, w)
+		r.Load = reportLoad(load.Stop())
+		if err := done(r); err != nil {
 			return err
 		}
 	}
