@@ -211,47 +211,63 @@ func startChaosShards(dir, bin string, n int, schedName string, links func(i int
 		if err != nil {
 			return fail(err)
 		}
-		var ports [3]int
-		ports[0] = gl.Addr().(*net.TCPAddr).Port
-		for k := 1; k < len(ports); k++ {
-			p, err := cluster.FreePort()
+		gossipPort := gl.Addr().(*net.TCPAddr).Port
+		// Ports picked free may be taken by another process before the
+		// shard binds them (other test packages run beside this one): a
+		// shard that exits for that is started again on other ports.
+		var started *chaosShard
+		for attempt := 1; started == nil; attempt++ {
+			var ports [2]int // HTTP, coordinator
+			for k := range ports {
+				p, err := cluster.FreePort()
+				if err != nil {
+					return fail(err)
+				}
+				ports[k] = p
+			}
+			httpAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
+			args := []string{
+				"--shard-name=" + name, "--kubeconfig=" + link.kubeconfig, "--etcd-endpoints=" + link.etcd,
+				"--gossip-bind-addr=127.0.0.1", "--gossip-port=" + strconv.Itoa(gossipPort), "--gossip-profile=local",
+				"--http-addr=" + httpAddr, "--coordinator-addr=127.0.0.1:" + strconv.Itoa(ports[1]),
+				"--scheduler-name=" + schedName, "--partitions=" + strconv.Itoa(chaosPartitions),
+				"--session-ttl=" + strconv.Itoa(chaosSessionTTL), "--log-level=info",
+				"--coordinator-token-file=" + tokenFile,
+			}
+			// Without an advertise address memberlist advertises the bound
+			// address and port.
+			advertised := gossip
+			if link.gossipAdvertise != "" {
+				host, port, err := net.SplitHostPort(link.gossipAdvertise)
+				if err != nil {
+					return fail(fmt.Errorf("%s: gossip advertise address: %w", name, err))
+				}
+				args = append(args, "--gossip-advertise-addr="+host, "--gossip-advertise-port="+port)
+				advertised = link.gossipAdvertise
+			}
+			args = append(args, extra...)
+			if seed != "" {
+				args = append(args, "--join="+seed)
+			}
+			p, err := startSchedulerProcess(sdir, bin, args...)
 			if err != nil {
 				return fail(err)
 			}
-			ports[k] = p
-		}
-		httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
-		args := []string{
-			"--shard-name=" + name, "--kubeconfig=" + link.kubeconfig, "--etcd-endpoints=" + link.etcd,
-			"--gossip-bind-addr=127.0.0.1", "--gossip-port=" + strconv.Itoa(ports[0]), "--gossip-profile=local",
-			"--http-addr=" + httpAddr, "--coordinator-addr=127.0.0.1:" + strconv.Itoa(ports[2]),
-			"--scheduler-name=" + schedName, "--partitions=" + strconv.Itoa(chaosPartitions),
-			"--session-ttl=" + strconv.Itoa(chaosSessionTTL), "--log-level=info",
-			"--coordinator-token-file=" + tokenFile,
-		}
-		// Without an advertise address memberlist advertises the bound
-		// address and port.
-		advertised := gossip
-		if link.gossipAdvertise != "" {
-			host, port, err := net.SplitHostPort(link.gossipAdvertise)
+			_, err = cluster.WaitHTTPOK(context.Background(), "http://"+httpAddr+"/healthz", nil, time.Minute, p.check)
 			if err != nil {
-				return fail(fmt.Errorf("%s: gossip advertise address: %w", name, err))
+				p.stop()
+				if b, _ := os.ReadFile(p.log); attempt < 3 && strings.Contains(string(b), "address already in use") && !strings.Contains(string(b), ":"+strconv.Itoa(gossipPort)) {
+					continue
+				}
+				return fail(fmt.Errorf("%s did not start: %w", name, errors.Join(err, p.check())))
 			}
-			args = append(args, "--gossip-advertise-addr="+host, "--gossip-advertise-port="+port)
-			advertised = link.gossipAdvertise
+			if seed == "" {
+				seed = advertised
+			}
+			started = &chaosShard{name: name, proc: p, metrics: "http://" + httpAddr + "/metrics", readyz: "http://" + httpAddr + "/readyz",
+				gossip: gossip, dir: sdir, args: args}
 		}
-		args = append(args, extra...)
-		if seed != "" {
-			args = append(args, "--join="+seed)
-		} else {
-			seed = advertised
-		}
-		p, err := startSchedulerProcess(sdir, bin, args...)
-		if err != nil {
-			return fail(err)
-		}
-		out = append(out, &chaosShard{name: name, proc: p, metrics: "http://" + httpAddr + "/metrics", readyz: "http://" + httpAddr + "/readyz",
-			gossip: gossip, dir: sdir, args: args})
+		out = append(out, started)
 	}
 	return out, nil
 }
