@@ -480,6 +480,37 @@ func admittedGroups(ctx context.Context, vc volcano.Interface, ns string) (map[s
 	return out, nil
 }
 
+// stream is a pod stream created in the background.
+type stream struct {
+	ch   chan error
+	done bool // its creators have returned (read and set by poll only)
+}
+
+// startStream runs create in a goroutine counted in bg.
+func startStream(bg *sync.WaitGroup, create func() error) *stream {
+	st := &stream{ch: make(chan error, 1)}
+	bg.Add(1)
+	go func() { defer bg.Done(); st.ch <- create() }()
+	return st
+}
+
+// poll notes whether the stream has ended and returns its error, once, if
+// it failed. Called from one goroutine.
+func (st *stream) poll() error {
+	if st.done {
+		return nil
+	}
+	select {
+	case err := <-st.ch:
+		st.done = true
+		if err != nil {
+			return fmt.Errorf("pod creation: %w", err)
+		}
+	default:
+	}
+	return nil
+}
+
 // sleepUntil waits until t, failing early when check does or ctx ends.
 func sleepUntil(ctx context.Context, t time.Time, check func() error) error {
 	for {
@@ -606,31 +637,18 @@ func runChaos(ctx context.Context, o options, env *benchEnv, bin string, index i
 	var bookedMax atomic.Int64
 	bg.Add(1)
 	go func() { defer bg.Done(); sampleBooked(rctx, c.w, alloc, &bookedMax) }()
-	created := make(chan error, 1)
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		created <- createChaosStream(rctx, env.cs, c.vc, chaosStream(o), c.run, c.w, c.start)
-	}()
+	stream := startStream(&bg, func() error { return createChaosStream(rctx, env.cs, c.vc, chaosStream(o), c.run, c.w, c.start) })
 	// check fails once the creators failed or a shard died unasked.
-	createDone := false
 	check := func() error {
-		if !createDone {
-			select {
-			case err := <-created:
-				createDone = true
-				if err != nil {
-					return fmt.Errorf("pod creation: %w", err)
-				}
-			default:
-			}
+		if err := stream.poll(); err != nil {
+			return err
 		}
 		return unexpectedExit(c.shards)
 	}
 	if err := c.injectAll(rctx, check); err != nil {
 		return report.Run{}, err
 	}
-	for !createDone {
+	for !stream.done {
 		if err := sleepUntil(rctx, time.Now().Add(200*time.Millisecond), check); err != nil {
 			return report.Run{}, err
 		}

@@ -469,32 +469,21 @@ func (w *faultWorld) runSeed(ctx context.Context, fo faultOptions, sc faultScena
 	res.victim, res.leader = f.shards[v].name, v == leader
 
 	sp := streamSpec{pods: w.pods, rate: float64(w.pods) / fo.stream.Seconds(), creators: 16, milliCPU: w.podMilli, gangQueue: gangQueue, singleQueue: singleQueue}
-	period := fo.stream
 	start := time.Now()
 	var bg sync.WaitGroup
 	defer func() { cancel(); bg.Wait() }()
 	bg.Add(1)
 	go func() { defer bg.Done(); mon.run(rctx) }()
-	created := make(chan error, 1)
-	bg.Add(1)
-	go func() { defer bg.Done(); created <- createChaosStream(rctx, cs, w.vc, sp, run, bw, start) }()
-	createDone := false
+	stream := startStream(&bg, func() error { return createChaosStream(rctx, cs, w.vc, sp, run, bw, start) })
 	check := func() error {
-		if !createDone {
-			select {
-			case err := <-created:
-				createDone = true
-				if err != nil {
-					return fmt.Errorf("pod creation: %w", err)
-				}
-			default:
-			}
+		if err := stream.poll(); err != nil {
+			return err
 		}
 		return unexpectedExit(f.shards)
 	}
 
 	// The fault, at 20–50 % of the creation period.
-	at := start.Add(time.Duration((0.2 + 0.3*rng.Float64()) * float64(period)))
+	at := start.Add(time.Duration((0.2 + 0.3*rng.Float64()) * float64(fo.stream)))
 	if err := sleepUntil(rctx, at, check); err != nil {
 		return res, err
 	}
@@ -505,26 +494,15 @@ func (w *faultWorld) runSeed(ctx context.Context, fo faultOptions, sc faultScena
 	res.admitted = len(admitted)
 	faultAt := time.Now()
 	sc.inject(f, v)
-	if err := sleepUntil(rctx, faultAt.Add(sc.hold), func() error {
-		if !createDone {
-			select {
-			case err := <-created:
-				createDone = true
-				if err != nil {
-					return fmt.Errorf("pod creation: %w", err)
-				}
-			default:
-			}
-		}
-		return nil // a paused or cut-off shard may look dead here
-	}); err != nil {
+	// A paused or cut-off shard may look dead while the fault lasts.
+	if err := sleepUntil(rctx, faultAt.Add(sc.hold), stream.poll); err != nil {
 		sc.heal(f, v)
 		return res, err
 	}
 	sc.heal(f, v)
 	healed := time.Now()
 	res.at, res.healed = faultAt.Sub(start).Seconds(), healed.Sub(start).Seconds()
-	for !createDone {
+	for !stream.done {
 		if err := sleepUntil(rctx, time.Now().Add(200*time.Millisecond), check); err != nil {
 			return res, err
 		}
