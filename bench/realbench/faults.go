@@ -93,6 +93,9 @@ type faultOptions struct {
 	stream    time.Duration // the pods of a run are created evenly over this long
 	timeout   time.Duration // bound on binding after the last pod was created
 	firstSeed uint64
+	// victim is who the fault falls on: victimAny (the coordinator's
+	// leader half the time), victimLeader or victimOther.
+	victim string
 	// logs, when set, receives the shard logs of every run with a
 	// violation, in a directory named after the run.
 	logs string
@@ -183,6 +186,35 @@ func faultScenarios() []faultScenario {
 			heal:   func(f *faultRun, v int) { _ = syscall.Kill(-f.shards[v].proc.cmd.Process.Pid, syscall.SIGCONT) },
 		},
 	}
+}
+
+// The choices of -fault-victim.
+const (
+	victimAny    = "any"
+	victimLeader = "leader"
+	victimOther  = "other"
+)
+
+// pickVictim returns the shard a fault falls on, of n, given the
+// coordinator's leader: for victimAny the leader half the time and a shard
+// drawn from all otherwise, for victimLeader the leader, for victimOther
+// one of the others.
+func pickVictim(rng *rand.Rand, mode string, n, leader int) int {
+	switch mode {
+	case victimLeader:
+		return leader
+	case victimOther:
+		v := rng.IntN(n - 1)
+		if v >= leader {
+			v++
+		}
+		return v
+	}
+	v := rng.IntN(n)
+	if rng.IntN(2) == 0 {
+		v = leader
+	}
+	return v
 }
 
 // pickScenarios returns the scenarios named (all for none), or an error
@@ -462,10 +494,7 @@ func (w *faultWorld) runSeed(ctx context.Context, fo faultOptions, sc faultScena
 	if err != nil {
 		return res, err
 	}
-	v := rng.IntN(len(f.shards))
-	if rng.IntN(2) == 0 {
-		v = leader
-	}
+	v := pickVictim(rng, fo.victim, len(f.shards), leader)
 	res.victim, res.leader = f.shards[v].name, v == leader
 
 	sp := streamSpec{pods: w.pods, rate: float64(w.pods) / fo.stream.Seconds(), creators: 16, milliCPU: w.podMilli, gangQueue: gangQueue, singleQueue: singleQueue}

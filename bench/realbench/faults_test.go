@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -83,5 +84,32 @@ func TestPickScenarios(t *testing.T) {
 	}
 	if _, err := pickScenarios([]string{"sigstop", "nonsense"}); err == nil || !strings.Contains(err.Error(), `"nonsense"`) {
 		t.Fatalf("an unknown scenario: %v, want an error naming it", err)
+	}
+}
+
+// -fault-victim: leader always picks the leader, other never does and
+// reaches every other shard, any picks both.
+func TestPickVictim(t *testing.T) {
+	const n, leader = 3, 1
+	rng := rand.New(rand.NewPCG(7, 7))
+	seen := map[string]map[int]int{}
+	for _, mode := range []string{victimAny, victimLeader, victimOther} {
+		seen[mode] = map[int]int{}
+		for range 300 {
+			v := pickVictim(rng, mode, n, leader)
+			if v < 0 || v >= n {
+				t.Fatalf("%s: victim %d out of 0..%d", mode, v, n-1)
+			}
+			seen[mode][v]++
+		}
+	}
+	if len(seen[victimLeader]) != 1 || seen[victimLeader][leader] != 300 {
+		t.Errorf("leader: victims %v, want only %d", seen[victimLeader], leader)
+	}
+	if seen[victimOther][leader] != 0 || len(seen[victimOther]) != n-1 {
+		t.Errorf("other: victims %v, want every shard but %d", seen[victimOther], leader)
+	}
+	if len(seen[victimAny]) != n || seen[victimAny][leader] < 150 {
+		t.Errorf("any: victims %v, want every shard, the leader at least half the time", seen[victimAny])
 	}
 }

@@ -164,6 +164,7 @@ func main() {
 	flag.IntVar(&o.fault.seeds, "fault-seeds", 20, "faults mode: runs of each scenario, each with its own seed (victim and moment of the fault)")
 	flag.Uint64Var(&o.fault.firstSeed, "fault-first-seed", 1, "faults mode: the first seed; the runs take the seeds that follow it")
 	faultScenarioList := flag.String("fault-scenarios", "", "faults mode: scenarios to run, comma-separated (empty: all): "+strings.Join(scenarioNames(), ", "))
+	flag.StringVar(&o.fault.victim, "fault-victim", victimAny, "faults mode: whom a fault falls on: any (the coordinator's leader half the time), leader, or other (never the leader)")
 	flag.DurationVar(&o.fault.stream, "fault-stream", 12*time.Second, "faults mode: each run creates its pods evenly over this long (the fault falls at 20–50 % of it)")
 	flag.DurationVar(&o.fault.timeout, "fault-timeout", 90*time.Second, "faults mode: bound on binding after a run's last pod was created")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -221,6 +222,8 @@ func (o *options) parse(modes, systems string) error {
 		return fmt.Errorf("-fault-stream=%s: must be 1s..1h", o.fault.stream)
 	case o.fault.timeout <= 0:
 		return fmt.Errorf("-fault-timeout=%s: must be positive", o.fault.timeout)
+	case o.fault.victim != victimAny && o.fault.victim != victimLeader && o.fault.victim != victimOther:
+		return fmt.Errorf("-fault-victim=%q: must be %s, %s or %s", o.fault.victim, victimAny, victimLeader, victimOther)
 	}
 	if _, err := pickScenarios(o.fault.scenarios); err != nil {
 		return fmt.Errorf("-fault-scenarios: %w", err)
