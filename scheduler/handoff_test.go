@@ -708,3 +708,64 @@ func TestBindInDoubtKeepsTheRoom(t *testing.T) {
 		t.Fatalf("binds %v, want only first-0 on n1", r.binder.binds)
 	}
 }
+
+// A queue owner whose tentative reservation of a job went with its
+// session's lease (its process paused past the TTL) while another shard
+// holds the job's claim asks for the reservation again at its next
+// reconciliation: the claimer binds only what a resize of the reservation
+// covers, so without it the job would wait for ever.
+func TestLostReservationAdmittedAgain(t *testing.T) {
+	r := newRig(t, "shard-o")
+	tree, err := api.BuildTree([]api.QueueSpec{{Name: "q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s.SetTree(tree)
+	r.node("small", 2)
+	r.peers.members = []wire.Meta{{ID: "shard-t", Capacity: capacity(32, 8)}}
+	r.gang("job", 1, 3)
+	r.cycles(t, 2)
+	c, ok := r.claims.get("job")
+	if !ok || c.To != "shard-t" {
+		t.Fatalf("record %+v (present %v), want an offer to shard-t", c, ok)
+	}
+	c.State = wire.Claimed
+	r.claims.put(c)
+	reserves := func() int {
+		n := 0
+		for _, c := range r.quota.Calls() {
+			if c == "reserve job" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := reserves(); n != 1 {
+		t.Fatalf("%d reserve calls before the loss, want 1: %v", n, r.quota.Calls())
+	}
+	// The owner's lease expires: its tentative reservation goes.
+	r.quota.mu.Lock()
+	_, found := r.quota.ledger.Release("job")
+	r.quota.mu.Unlock()
+	if !found {
+		t.Fatal("the job had no reservation to lose")
+	}
+	r.cycles(t, 2)
+	if n := reserves(); n != 1 {
+		t.Fatalf("asked again before reconciliation was due (%d reserve calls)", n)
+	}
+	r.advance(reconcileEvery)
+	r.cycles(t, 2)
+	r.quota.mu.Lock()
+	_, held := r.quota.ledger.Get("job")
+	r.quota.mu.Unlock()
+	if !held || reserves() != 2 {
+		t.Fatalf("after reconciliation: reservation held %v, %d reserve calls, want it asked for again once", held, reserves())
+	}
+	if st := r.s.Stats(); st.LostReservations != 1 {
+		t.Fatalf("stats %+v, want 1 lost reservation", st)
+	}
+	if b := r.binder.Binds(); len(b) != 0 {
+		t.Fatalf("the owner bound %v although shard-t holds the claim", b)
+	}
+}

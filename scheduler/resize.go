@@ -54,6 +54,9 @@ func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue
 			jobs[j.UID] = j
 		}
 	}
+	// The jobs admitted here, taken before the list: each was answered, so
+	// its reservation is in the list unless it is gone.
+	admitted := s.admittedAmong(jobs)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	list, err := s.deps.Quota.List(cctx)
 	cancel()
@@ -61,6 +64,7 @@ func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue
 		s.log.Warn("reconciliation: reservations not listed", "err", err)
 		return
 	}
+	s.forgetLost(admitted, list.Reservations, jobs)
 	seen := map[string]bool{}
 	var release []string
 	for _, r := range list.Reservations {
@@ -96,6 +100,51 @@ func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue
 	})
 	for _, uid := range release {
 		delete(s.orphans, uid)
+	}
+}
+
+// admittedAmong returns the UIDs of jobs (of the queues this shard owns)
+// that this shard holds a reservation for.
+func (s *Scheduler) admittedAmong(jobs map[string]*api.Job) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for uid := range jobs {
+		if s.peek(uid).admission != nil {
+			out = append(out, uid)
+		}
+	}
+	return out
+}
+
+// forgetLost forgets the admissions among admitted whose reservation is
+// not in list, so that admit, later in the cycle, asks again (Reserve is
+// idempotent by UID: a reservation that does exist is only returned).
+//
+// A tentative reservation lives on the lease of the session it was asked
+// under, and this shard's session can be replaced while the job's pods are
+// still to be placed (the process paused, or cut off from etcd, past its
+// TTL). The owner otherwise learns of the loss only at Confirm, which needs
+// the gang bound; a job placed by another shard (a claim) is never bound
+// then, because its claimer binds only what a resize of the reservation
+// covers, and the resize finds nothing: the job would wait for ever (found
+// by the fault runs: bench/realbench -modes faults, sigstop on the
+// coordinator's leader).
+func (s *Scheduler) forgetLost(admitted []string, list []wire.Reservation, jobs map[string]*api.Job) {
+	if len(admitted) == 0 {
+		return
+	}
+	held := make(map[string]bool, len(list))
+	for i := range list {
+		held[list[i].Job.UID] = true
+	}
+	for _, uid := range admitted {
+		if held[uid] {
+			continue
+		}
+		s.stats.lostReservations.Add(1)
+		s.log.Warn("reservation lost (its session's lease expired); admitting again", "job", jobs[uid].Key())
+		s.dropReservation(uid)
 	}
 }
 

@@ -221,7 +221,7 @@ type Scheduler struct {
 	stats struct {
 		cycles, binds, bindFailures, admitted, quotaWaits, assumeRefused, holds atomic.Int64
 		offers, offerTimeouts, claims, refusals                                 atomic.Int64
-		orphans, bindsInDoubt                                                   atomic.Int64
+		orphans, bindsInDoubt, lostReservations                                 atomic.Int64
 	}
 	obs Observer
 	// marked: the reservations marked for eviction, as last read (loop
@@ -399,6 +399,9 @@ type Stats struct {
 	Orphans int64
 	// BindsInDoubt counts bind calls whose outcome was unknown (retried).
 	BindsInDoubt int64
+	// LostReservations counts admissions found without their reservation
+	// (gone with an expired session lease) and asked for again.
+	LostReservations int64
 }
 
 // Stats returns the counters since start.
@@ -407,7 +410,7 @@ func (s *Scheduler) Stats() Stats {
 		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load(),
 		Offers: s.stats.offers.Load(), OfferTimeouts: s.stats.offerTimeouts.Load(), Claims: s.stats.claims.Load(), Refusals: s.stats.refusals.Load(),
 		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load(), Orphans: s.stats.orphans.Load(),
-		BindsInDoubt: s.stats.bindsInDoubt.Load()}
+		BindsInDoubt: s.stats.bindsInDoubt.Load(), LostReservations: s.stats.lostReservations.Load()}
 }
 
 // Cycle runs one scheduling cycle: snapshot, admission, placement, status.

@@ -623,7 +623,7 @@ func (w *faultWorld) runSeed(ctx context.Context, fo faultOptions, sc faultScena
 		if ours[i].Spec.NodeName != "" {
 			res.bound++
 		} else if !strings.HasPrefix(ours[i].Name, "gang-") {
-			unbound = append(unbound, ours[i].Name)
+			unbound = append(unbound, fmt.Sprintf("%s (uid %s)", ours[i].Name, ours[i].UID))
 		}
 	}
 	if res.bound < expected {

@@ -45,6 +45,7 @@ func (d *Daemon) registerMetrics() *prometheus.Registry {
 	counter("bind_failures_total", "Bind calls that failed.", func() float64 { return float64(st().BindFailures) })
 	counter("status_fenced_total", "Queue status values dropped because this shard no longer held the queue's record.", func() float64 { return float64(d.Status.Stats().Fenced) })
 	counter("reservations_orphaned_total", "Reservations released by reconciliation because no job they could cover exists.", func() float64 { return float64(st().Orphans) })
+	counter("reservations_lost_total", "Admissions found without their reservation (gone with an expired session lease) and asked for again.", func() float64 { return float64(st().LostReservations) })
 	counter("starvation_holds_total", "Node holds started for gangs that waited too long for room (see scheduler/hold.go).", func() float64 { return float64(st().Holds) })
 	counter("assume_refused_total", "Gang plans dropped for a cycle because the cache refused one of their tasks (the node changed since the snapshot).", func() float64 { return float64(st().AssumeRefused) })
 	counter("admissions_total", "Jobs admitted by the coordinator.", func() float64 { return float64(st().Admitted) })
