@@ -50,7 +50,13 @@
 // nodes have free), and binds only what the reservation covers; finished
 // tasks shrink it; the owner confirms it once the gang is bound and
 // releases it when the job is gone and its pods with it, or when every
-// task finished. Reconciliation releases reservations that cover no job.
+// task finished. Reconciliation releases reservations that cover no job,
+// and forgets the admissions whose reservation is gone (a tentative one
+// goes with the session lease it was asked under, when this shard's
+// session is replaced after a pause or a cut from etcd), so they are asked
+// for again: the owner would otherwise learn of the loss only at Confirm,
+// and a job another shard places would never be bound (its claimer's
+// resize finds no reservation to grow).
 // What the shard remembers of a job is one record (jobRec), dropped once
 // empty.
 package scheduler
