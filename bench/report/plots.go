@@ -115,6 +115,7 @@ func (r Report) charts() []chart {
 		}
 		out = appendChart(out, k, r.Runs, "", k.base+".svg", k.title)
 	}
+	out = append(out, scaleOutCharts(r.Runs)...)
 	slugs := runSlugs(r.Runs)
 	for i, run := range r.Runs {
 		lines := queueLines(run.QueueShares)
@@ -398,3 +399,53 @@ func runSlugs(runs []Run) []string {
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// scaleOutCharts plots the runs made with a virtual CPU per shard against
+// their shard count, one line per scenario and tier: pods bound per
+// virtual second, p99 submit→bind, and the share of the virtual time the
+// slowest shard and the coordinator's leader (applying, committing to
+// etcd) were busy. None when no run has a virtual CPU per shard.
+func scaleOutCharts(runs []Run) []chart {
+	var keys []string
+	groups := map[string][]Run{}
+	for _, run := range runs {
+		if run.VirtualCPU == nil || run.Shards < 1 {
+			continue
+		}
+		k := run.Scenario + " " + run.Tier
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], run)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	byShards := func(rs []Run, f func(Run) float64) plotter.XYs {
+		var xys plotter.XYs
+		for _, r := range rs {
+			if v := f(r); finite(v) {
+				xys = append(xys, plotter.XY{X: float64(r.Shards), Y: v})
+			}
+		}
+		slices.SortStableFunc(xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+		return xys
+	}
+	const xLabel = "shards (a CPU each)"
+	tp := chart{file: "scale-out-throughput.svg", title: "Scale-out, a virtual CPU per shard: throughput", xLabel: xLabel,
+		yLabel: "pods bound per virtual second", yFrom0: true, legendTop: true}
+	p99 := chart{file: "scale-out-p99.svg", title: "Scale-out, a virtual CPU per shard: p99 submit→bind", xLabel: xLabel,
+		yLabel: "p99 submit→bind (s, virtual)", yFrom0: true, legendTop: true}
+	busy := chart{file: "scale-out-busy.svg", title: "Scale-out, a virtual CPU per shard: who is busy", xLabel: xLabel,
+		yLabel: "share of the virtual time (%)", yFrom0: true, legendTop: true}
+	for _, k := range keys {
+		rs := groups[k]
+		tp.lines = append(tp.lines, line{name: k, xys: byShards(rs, func(r Run) float64 { return r.PodsPerSec })})
+		p99.lines = append(p99.lines, line{name: k, xys: byShards(rs, func(r Run) float64 { return r.LatencyP99 })})
+		busy.lines = append(busy.lines,
+			line{name: k + ": slowest shard", xys: byShards(rs, func(r Run) float64 { return r.VirtualCPU.ShardPct })},
+			line{name: k + ": coordinator applying", xys: byShards(rs, func(r Run) float64 { return r.VirtualCPU.ApplyPct })},
+			line{name: k + ": etcd commits", xys: byShards(rs, func(r Run) float64 { return r.VirtualCPU.CommitPct })})
+	}
+	return []chart{tp, p99, busy}
+}

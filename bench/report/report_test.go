@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot/plotter"
 )
 
 // fixture has two sim runs and two real runs; the real ones ran the chaos
@@ -439,5 +441,42 @@ func TestReadErrors(t *testing.T) {
 	missing := filepath.Join(dir, "nope.json")
 	if _, err := Read(missing); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Errorf("Read(missing) = %v, want an error naming %s", err, missing)
+	}
+}
+
+// Runs with a virtual CPU per shard are plotted against their shard count,
+// one line per scenario and tier, in shard order; other runs are not.
+func TestScaleOutCharts(t *testing.T) {
+	v := func(shard, apply float64) *VirtualCPU {
+		return &VirtualCPU{ShardPct: shard, ApplyPct: apply, CommitPct: apply / 2}
+	}
+	r := Report{Runs: []Run{
+		{Name: "burst 4", Mode: "sim-vcpu", Scenario: "burst", Tier: "100k", Shards: 4, PodsPerSec: 400, LatencyP99: 1, VirtualCPU: v(90, 40)},
+		{Name: "burst 1", Mode: "sim-vcpu", Scenario: "burst", Tier: "100k", Shards: 1, PodsPerSec: 100, LatencyP99: 4, VirtualCPU: v(99, 10)},
+		{Name: "churn 2", Mode: "sim-vcpu", Scenario: "churn", Tier: "1M", Shards: 2, PodsPerSec: 3000, LatencyP99: math.NaN(), VirtualCPU: v(50, 5)},
+		{Name: "plain", Mode: "sim", Scenario: "burst", Tier: "100k", Shards: 8, PodsPerSec: 9999},
+	}}
+	got := map[string]chart{}
+	for _, c := range scaleOutCharts(r.Runs) {
+		got[c.file] = c
+	}
+	tp, ok := got["scale-out-throughput.svg"]
+	if !ok || len(got) != 3 {
+		t.Fatalf("charts %v, want throughput, p99 and busy", got)
+	}
+	if len(tp.lines) != 2 || tp.lines[0].name != "burst 100k" || tp.lines[1].name != "churn 1M" {
+		t.Fatalf("throughput lines %+v, want burst 100k then churn 1M", tp.lines)
+	}
+	if want := (plotter.XYs{{X: 1, Y: 100}, {X: 4, Y: 400}}); !slices.Equal(tp.lines[0].xys, want) {
+		t.Errorf("burst throughput %v, want %v (in shard order, without the plain run)", tp.lines[0].xys, want)
+	}
+	if p := got["scale-out-p99.svg"]; len(p.lines[1].xys) != 0 {
+		t.Errorf("a NaN p99 was plotted: %v", p.lines[1].xys)
+	}
+	if b := got["scale-out-busy.svg"]; len(b.lines) != 6 || b.lines[1].xys[1].Y != 40 {
+		t.Errorf("busy lines %+v, want 3 per group, the coordinator at 40 %% with 4 shards", b.lines)
+	}
+	if cs := scaleOutCharts(r.Runs[3:]); cs != nil {
+		t.Errorf("charts without a virtual-CPU run: %v", cs)
 	}
 }

@@ -81,7 +81,24 @@ type Run struct {
 
 	Chaos   *Chaos   `json:"chaos,omitempty"`
 	Reclaim *Reclaim `json:"reclaim,omitempty"`
-	Notes   []string `json:"notes,omitempty"`
+	// VirtualCPU is set for a simulated run with a machine per shard
+	// (Mode "sim-vcpu"); PodsPerSec is then per virtual second.
+	VirtualCPU *VirtualCPU `json:"virtualCPU,omitempty"`
+	Notes      []string    `json:"notes,omitempty"`
+}
+
+// VirtualCPU is how a run with a virtual CPU per shard spent its virtual
+// time, each figure a percentage of it: the slowest shard's cycles and
+// binds in each step, and the coordinator leader applying calls and
+// committing them to etcd (one leader serves every shard, so its share
+// grows with the shards' calls; at 100 % it sets the pace).
+type VirtualCPU struct {
+	ShardPct  float64 `json:"shardPct"`
+	ApplyPct  float64 `json:"applyPct"`
+	CommitPct float64 `json:"commitPct"`
+	// CoordLimitedPct is the share of steps in which the coordinator was
+	// busy longer than every shard (it, not the shards, set the step).
+	CoordLimitedPct float64 `json:"coordLimitedPct"`
 }
 
 // Load is the machine's 1-minute load average (runnable and waiting tasks,

@@ -167,6 +167,41 @@ func TestRunSmall(t *testing.T) {
 	t.Logf("%s: %d pods, p99 %.3f s virtual, %.0f pods/s wall, util %.2f", r.Name, r.Pods, r.LatencyP99, r.PodsPerSec, r.Utilization)
 }
 
+// With a virtual CPU per shard the shards cycle one after another, each
+// step is charged what its slowest shard (or the coordinator) took, and
+// throughput is per virtual second; the invariants hold as in any run.
+func TestRunVirtualCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts shards and etcd")
+	}
+	w := loadChurn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := Run(ctx, Config{Workload: w, Tier: "10k", Shards: 2, Seed: 3, Minutes: 0.5, Partitions: 256, VirtualCPU: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Failed() {
+		t.Errorf("invariants broken: %v", r.Invariants)
+	}
+	if r.Mode != ModeVirtualCPU || r.VirtualCPU == nil {
+		t.Fatalf("mode %q, account %+v: want %q with its account", r.Mode, r.VirtualCPU, ModeVirtualCPU)
+	}
+	if r.Pods < 300 || r.VirtualSeconds < 30 {
+		t.Errorf("%d pods bound over %.1f virtual seconds, want ≥ 300 over ≥ 30", r.Pods, r.VirtualSeconds)
+	}
+	if want := float64(r.Pods) / r.VirtualSeconds; math.Abs(r.PodsPerSec-want) > 1e-6*want {
+		t.Errorf("pods/s %.3f, want per virtual second: %.3f", r.PodsPerSec, want)
+	}
+	v := r.VirtualCPU
+	// Every step lasts at least as long as its slowest shard: that share
+	// can reach 100 % of the virtual time, never exceed it.
+	if v.ShardPct <= 0 || v.ShardPct > 100 || v.ApplyPct <= 0 || v.CommitPct <= 0 || v.CoordLimitedPct < 0 || v.CoordLimitedPct > 100 {
+		t.Errorf("account %+v: want the shards and the coordinator busy, within 0..100 %%", *v)
+	}
+	t.Logf("%s: %d pods, p99 %.3f s virtual, %.0f pods per virtual s, %+v", r.Name, r.Pods, r.LatencyP99, r.PodsPerSec, *v)
+}
+
 // The latency histogram answers percentiles to the millisecond in constant
 // memory, and reports the maximum for what overflows it.
 func TestLatencyHist(t *testing.T) {

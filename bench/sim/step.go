@@ -40,6 +40,7 @@ type driver struct {
 	lastProgressAt    time.Duration
 	lastBindWall      time.Time // burst: when the last pod was bound
 
+	vcpu    vcpuAccount   // VirtualCPU only
 	faults  []*fault      // chaos only
 	sampler sampler       // the periodic samples
 	rw      *reclaimWatch // reclaim scenario only
@@ -60,8 +61,11 @@ func (s *sim) newDriver(rss0 float64) *driver {
 	if cfg.Chaos {
 		scenario = "chaos"
 	}
-	d.run = report.Run{Name: fmt.Sprintf("%s/%s/%d shards", scenario, cfg.Tier, cfg.Shards), Mode: "sim", Scenario: scenario,
+	d.run = report.Run{Name: runName(cfg, scenario), Mode: "sim", Scenario: scenario,
 		Tier: cfg.Tier, System: "shardsched", Shards: cfg.Shards, Invariants: map[string]int64{}, QueueShares: map[string][]report.Point{}}
+	if cfg.VirtualCPU {
+		d.run.Mode = ModeVirtualCPU
+	}
 	if cfg.Chaos {
 		d.faults = planFaults(end)
 		d.run.Chaos = &report.Chaos{}
@@ -78,7 +82,7 @@ func (s *sim) newDriver(rss0 float64) *driver {
 	if w.Reclaim != nil {
 		scenario = "reclaim"
 		d.run.Scenario = scenario
-		d.run.Name = fmt.Sprintf("%s/%s/%d shards", scenario, cfg.Tier, cfg.Shards)
+		d.run.Name = runName(cfg, scenario)
 		d.rw = newReclaimWatch(w, s.tree, end)
 		_, lenders := w.ReclaimSides()
 		s.cl.setLenders(lenders)
@@ -141,21 +145,81 @@ func (s *sim) nodeEvent(e workload.NodeEvent) {
 // binds (30 s at most).
 func (s *sim) cycle(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, p := range s.live() {
+	live := s.live()
+	for _, p := range live {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.Sched.Cycle(ctx) }()
 	}
 	wg.Wait()
+	waitBinds(live)
+}
+
+// waitBinds waits until the shards have no bind in flight, 30 s at most.
+func waitBinds(procs []*shardProc) {
 	for waitStart := time.Now(); time.Since(waitStart) < 30*time.Second; {
 		n := 0
-		for _, p := range s.live() {
+		for _, p := range procs {
 			n += p.Sched.BindsInFlight()
 		}
 		if n == 0 {
-			break
+			return
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
+}
+
+// cycleAlone is the step's cycles with each shard on a machine of its own
+// (Config.VirtualCPU): the shards cycle one after another, each with the
+// cluster's clock started again at the step's virtual time, and each is
+// timed from its cycle's start to its last bind. It returns the virtual
+// time the step is charged: the slowest shard's time, or the coordinator
+// leader's busy time over the step (applies and etcd commits for every
+// shard's calls) when that is longer, and adds both to the run's account.
+//
+// What the other shards do meanwhile (their caches taking the pod events of
+// this shard's binds, their gossip) runs on the same cores and is charged
+// to this shard: the figures are pessimistic for large shard counts.
+func (d *driver) cycleAlone(ctx context.Context) time.Duration {
+	s := d.s
+	apply0, commit0 := s.coordBusy()
+	var slowest time.Duration
+	for _, p := range s.live() {
+		t0 := time.Now()
+		s.cl.runClock(t0)
+		p.Sched.Cycle(ctx)
+		waitBinds([]*shardProc{p})
+		slowest = max(slowest, time.Since(t0))
+	}
+	apply1, commit1 := s.coordBusy()
+	coord := (apply1 - apply0) + (commit1 - commit0)
+	d.vcpu.steps++
+	d.vcpu.slowest += slowest
+	d.vcpu.apply += apply1 - apply0
+	d.vcpu.commit += commit1 - commit0
+	if coord > slowest {
+		d.vcpu.coordLimited++
+		return coord
+	}
+	return slowest
+}
+
+// coordBusy sums, over every shard's coordinator server (only a leader
+// counts any), the time spent applying calls and committing them to etcd.
+func (s *sim) coordBusy() (apply, commit time.Duration) {
+	for _, p := range s.procs {
+		st := p.Coord.Stats()
+		apply += st.ApplyTime
+		commit += st.CommitTime
+	}
+	return apply, commit
+}
+
+// vcpuAccount is what a VirtualCPU run charged: steps, the slowest
+// shards' time and the coordinator's, and the steps the coordinator was
+// the longer.
+type vcpuAccount struct {
+	steps, coordLimited    int
+	slowest, apply, commit time.Duration
 }
 
 // progress reports on cfg.Progress every 10 s of wall time.
@@ -169,13 +233,19 @@ func (d *driver) progress() {
 	}
 }
 
-// advance ends the step that began (in wall time) at t0.
-func (d *driver) advance(t0 time.Time) {
+// advance ends the step that began (in wall time) at t0; charged is the
+// step's virtual time in a VirtualCPU run (cycleAlone), 0 otherwise.
+func (d *driver) advance(t0 time.Time, charged time.Duration) {
 	// Advance the virtual clock by the step, or by the wall time the
 	// step took when that is longer (it ran with the wall clock during
-	// the step, so nothing bound in it is stamped later than that).
+	// the step, so nothing bound in it is stamped later than that). With
+	// a virtual CPU per shard each shard's clock started at the step's
+	// time, so the step took what it was charged.
 	d.s.cl.freezeClock()
 	took := time.Since(t0)
+	if d.cfg.VirtualCPU {
+		took = charged
+	}
 	if d.cfg.Pace {
 		if ahead := (d.vt + d.step) - time.Since(d.wallStart); ahead > 0 {
 			time.Sleep(ahead)
@@ -228,6 +298,9 @@ func (d *driver) stepFigures(e ending) {
 		// that wait to see whether anything else will fit.
 		run.PodsPerSec = float64(st.Binds) / d.lastBindWall.Sub(d.wallStart).Seconds()
 	}
+	if d.cfg.VirtualCPU {
+		d.vcpuFigures()
+	}
 	run.LatencyP50, run.LatencyP99, run.LatencyMax, run.LatencyCDF = e.p50, e.p99, e.maxLat, e.cdf
 	run.CPUSeconds = cpu
 	if st.Binds > 0 {
@@ -243,4 +316,38 @@ func (d *driver) stepFigures(e ending) {
 	if st.Binds > 0 {
 		run.APIWritesPerPod = float64(st.Binds+st.BindRefused+statusWrites+st.Events) / float64(st.Binds)
 	}
+}
+
+// runName names a run: scenario/tier/shards, and says when each shard had
+// a virtual CPU of its own.
+func runName(cfg Config, scenario string) string {
+	name := fmt.Sprintf("%s/%s/%d shards", scenario, cfg.Tier, cfg.Shards)
+	if cfg.VirtualCPU {
+		name += ", a CPU each"
+	}
+	return name
+}
+
+// ModeVirtualCPU is the Run.Mode of a simulated run with a CPU per shard.
+const ModeVirtualCPU = "sim-vcpu"
+
+// vcpuFigures fills a VirtualCPU run's throughput (per virtual second: up
+// to the last bind in a burst, over the run otherwise) and its account.
+func (d *driver) vcpuFigures() {
+	run, binds := &d.run, float64(d.s.cl.Stats().Binds)
+	span := d.vt
+	if d.w.Burst && d.lastProgressAt > 0 {
+		span = d.lastProgressAt // the step after the last bind began then
+	}
+	if span > 0 {
+		run.PodsPerSec = binds / span.Seconds()
+	}
+	if d.vt <= 0 || d.vcpu.steps == 0 {
+		return
+	}
+	pct := func(x time.Duration) float64 { return 100 * x.Seconds() / d.vt.Seconds() }
+	run.VirtualCPU = &report.VirtualCPU{ShardPct: pct(d.vcpu.slowest), ApplyPct: pct(d.vcpu.apply), CommitPct: pct(d.vcpu.commit),
+		CoordLimitedPct: 100 * float64(d.vcpu.coordLimited) / float64(d.vcpu.steps)}
+	run.Notes = append(run.Notes, fmt.Sprintf("a virtual CPU per shard: over %d steps the slowest shard was busy %.0f %% of the virtual time, the coordinator's leader %.0f %% applying and %.0f %% committing to etcd; it set the step in %.0f %% of them",
+		d.vcpu.steps, run.VirtualCPU.ShardPct, run.VirtualCPU.ApplyPct, run.VirtualCPU.CommitPct, run.VirtualCPU.CoordLimitedPct))
 }
