@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,9 @@ type Cluster struct {
 
 	stats Stats
 	lat   latencyHist // submit→bind, virtual
+	// tails: per kind and size of job, how long its bound pods waited
+	// (what the tail of lat is made of).
+	tails map[jobClass]*classTail
 }
 
 // ControllerDelay is how long the simulated Job controller takes to create
@@ -415,6 +419,7 @@ func (c *Cluster) Bind(t *api.Task, node, shard string, fenced bool) error {
 	c.bookQuotaLocked(p)
 	c.stats.Binds++
 	c.lat.add(now.Sub(p.t.Created))
+	c.tailLocked(p.job, now.Sub(p.t.Created))
 	for _, ca := range c.caches {
 		ca.AddOrUpdateTask(p.t)
 	}
@@ -792,6 +797,73 @@ func (c *Cluster) pendingByClass() map[jobClass]pendingJobs {
 		}
 	}
 	return out
+}
+
+// classTail is how long the bound pods of one kind and size of job
+// waited: how many, how many over 1, 10 and 60 s, the longest, and the
+// reason its job was last given before that longest wait ended.
+type classTail struct {
+	pods, over1, over10, over60 int64
+	max                         time.Duration
+	why                         string
+}
+
+// tailLocked counts one bind of a pod of j that waited w.
+func (c *Cluster) tailLocked(j *simJob, w time.Duration) {
+	if c.tails == nil {
+		c.tails = map[jobClass]*classTail{}
+	}
+	k := jobClass{j.kindLabel(), j.size}
+	t := c.tails[k]
+	if t == nil {
+		t = &classTail{}
+		c.tails[k] = t
+	}
+	t.pods++
+	for _, o := range []struct {
+		n  *int64
+		at time.Duration
+	}{{&t.over1, time.Second}, {&t.over10, 10 * time.Second}, {&t.over60, time.Minute}} {
+		if w > o.at {
+			*o.n++
+		}
+	}
+	if w > t.max {
+		t.max, t.why = w, j.why
+	}
+}
+
+// tailNote says, for the kinds and sizes of job whose bound pods waited
+// over 10 s, what share of their pods did and why the longest waited; ""
+// when none did. It is what the run's p99 is made of.
+func (c *Cluster) tailNote() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var all, over10 int64
+	keys := make([]jobClass, 0, len(c.tails))
+	for k, t := range c.tails {
+		all += t.pods
+		over10 += t.over10
+		if t.over10 > 0 {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	sort.Slice(keys, func(a, b int) bool { return c.tails[keys[a]].over10 > c.tails[keys[b]].over10 })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		t := c.tails[k]
+		why := t.why
+		if why == "" {
+			why = "no event"
+		}
+		parts = append(parts, fmt.Sprintf("%s size %d: %d of %d pods over 10 s (%d over 1 s, %d over 60 s), longest %.0f s (%q)",
+			k.kind, k.size, t.over10, t.pods, t.over1, t.over60, t.max.Seconds(), why))
+	}
+	return fmt.Sprintf("bound pods that waited over 10 s: %d of %d (%.2f %%), by kind and size of job, most first: %s",
+		over10, all, 100*float64(over10)/float64(max(all, 1)), strings.Join(parts, "; "))
 }
 
 type pendingJobs struct {

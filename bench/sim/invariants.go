@@ -98,6 +98,9 @@ func (d *driver) notes(st Stats, rssEnd float64) {
 		run.Notes = append(run.Notes, n)
 	}
 	run.Notes = append(run.Notes, quotaNotes(s.cl, st)...)
+	if n := s.cl.tailNote(); n != "" {
+		run.Notes = append(run.Notes, n)
+	}
 	if st.GroupsCreated > 0 || st.GroupsDeletedUnderPods > 0 {
 		run.Notes = append(run.Notes, fmt.Sprintf("implicit PodGroups: %d created and %d deleted by the shards; %d deleted while their pods still ran or waited",
 			st.GroupsCreated, st.GroupsDeleted, st.GroupsDeletedUnderPods))

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,6 +132,40 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 	if fits := c.Fits("node-00003"); !fits {
 		t.Errorf("drained node's books do not fit")
+	}
+}
+
+// The tail note attributes the pods that waited over 10 s to their kind
+// and size of job, with the share of that class's pods; none without them.
+func TestClusterTailNote(t *testing.T) {
+	c, _ := newTestCluster(t, 4)
+	c.Submit(workload.JobSpec{Seq: 1, Queue: "q0-0", Size: 2, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	bindSeq := func(seq int) {
+		t.Helper()
+		for _, p := range c.pods {
+			if p.job.spec.Seq == seq && p.t.NodeName == "" {
+				t0 := p.t
+				if err := c.Bind(&t0, "node-00000", "s", true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	bindSeq(1)
+	if n := c.tailNote(); n != "" {
+		t.Fatalf("pods bound at once, note %q", n)
+	}
+	c.Submit(workload.JobSpec{Seq: 2, Queue: "q0-1", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	c.setElapsed(90 * time.Second)
+	bindSeq(2)
+	n := c.tailNote()
+	for _, want := range []string{"1 of 3 (33.33 %)", "size 1: 1 of 1 pods over 10 s (1 over 1 s, 1 over 60 s), longest 90 s"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("note %q lacks %q", n, want)
+		}
+	}
+	if strings.Contains(n, "size 2:") {
+		t.Errorf("note %q names the job bound at once", n)
 	}
 }
 
