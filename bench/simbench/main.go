@@ -199,7 +199,11 @@ func run(ctx context.Context, o options) error {
 				if err != nil {
 					return fmt.Errorf("%s: %w", label, err)
 				}
-				fmt.Fprintf(os.Stderr, "simbench: %s: %d pods, %.0f pods/s (wall), p99 %.3f s (virtual), invariants %v\n", r.Name, r.Pods, r.PodsPerSec, r.LatencyP99, r.Invariants)
+				per := "wall"
+				if o.vcpu {
+					per = "virtual"
+				}
+				fmt.Fprintf(os.Stderr, "simbench: %s: %d pods, %.0f pods/s (%s), p99 %.3f s (virtual), invariants %v\n", r.Name, r.Pods, r.PodsPerSec, per, r.LatencyP99, r.Invariants)
 				simRuns = append(simRuns, r)
 			}
 		}
