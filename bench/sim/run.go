@@ -349,13 +349,14 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		}
 		t0 := time.Now()
 		d.submit(t0)
+		ingest := time.Since(t0) // the arrivals' events into every shard's cache
 		if err := d.injectFaults(ctx); err != nil {
 			return d.run, err
 		}
 		d.syncBooks()
 		var charged time.Duration
 		if s.cfg.VirtualCPU {
-			charged = d.cycleAlone(ctx)
+			charged = d.cycleAlone(ctx, ingest)
 		} else {
 			s.cycle(ctx)
 		}

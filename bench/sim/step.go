@@ -170,25 +170,31 @@ func waitBinds(procs []*shardProc) {
 
 // cycleAlone is the step's cycles with each shard on a machine of its own
 // (Config.VirtualCPU): the shards cycle one after another, each with the
-// cluster's clock started again at the step's virtual time, and each is
-// timed from its cycle's start to its last bind. It returns the virtual
-// time the step is charged: the slowest shard's time, or the coordinator
-// leader's busy time over the step (applies and etcd commits for every
-// shard's calls) when that is longer, and adds both to the run's account.
+// cluster's clock started again at the step's virtual time plus its share
+// of ingest, and each is timed from its cycle's start to its last bind. It
+// returns the virtual time the step is charged: the slowest shard's time,
+// or the coordinator leader's busy time over the step (applies and etcd
+// commits for every shard's calls) when that is longer, and adds both to
+// the run's account.
 //
-// What the other shards do meanwhile (their caches taking the pod events of
-// this shard's binds, their gossip) runs on the same cores and is charged
-// to this shard: the figures are pessimistic for large shard counts.
-func (d *driver) cycleAlone(ctx context.Context) time.Duration {
+// ingest is the wall time the step's arrivals took to reach every shard's
+// cache (one after another); each shard, on its own machine, would take
+// its share, so that share is charged before its cycle. What the other
+// shards do while one cycles (their caches taking the pod events of its
+// binds, their gossip) runs on the same cores and is charged to the one
+// cycling: the figures are pessimistic for large shard counts.
+func (d *driver) cycleAlone(ctx context.Context, ingest time.Duration) time.Duration {
 	s := d.s
 	apply0, commit0 := s.coordBusy()
+	live := s.live()
+	share := ingest / time.Duration(max(len(live), 1))
 	var slowest time.Duration
-	for _, p := range s.live() {
+	for _, p := range live {
 		t0 := time.Now()
-		s.cl.runClock(t0)
+		s.cl.runClock(t0.Add(-share))
 		p.Sched.Cycle(ctx)
 		waitBinds([]*shardProc{p})
-		slowest = max(slowest, time.Since(t0))
+		slowest = max(slowest, time.Since(t0)+share)
 	}
 	apply1, commit1 := s.coordBusy()
 	coord := (apply1 - apply0) + (commit1 - commit0)
