@@ -31,12 +31,17 @@ type Cluster struct {
 	// pods they bind.
 	stepWall atomic.Int64
 
-	mu       sync.Mutex
-	lenders  map[string]bool // reclaim scenario: lending leaves (guarded by mu)
-	caches   []*cache.Cache
-	nodes    map[string]*simNode
-	nodeList []string // creation order
-	pods     map[string]*simPod
+	mu      sync.Mutex
+	lenders map[string]bool // reclaim scenario: lending leaves (guarded by mu)
+	caches  []*cache.Cache
+	// timeCaches: fanout times each cache's update into cacheTime (a
+	// virtual CPU per shard charges each shard its own cache's work).
+	timeCaches bool
+	cacheMu    sync.Mutex
+	cacheTime  map[*cache.Cache]time.Duration
+	nodes      map[string]*simNode
+	nodeList   []string // creation order
+	pods       map[string]*simPod
 	// jobs are the workloads (Volcano jobs, Deployments, batch Jobs) by
 	// the name of the PodGroup their pods carry; groups are the PodGroups
 	// by UID, groupUIDs their UIDs by name. An implicit group exists only
@@ -244,9 +249,7 @@ func (c *Cluster) AddNodes(w *workload.Workload, n int) {
 			Allocatable: api.NewResource(w.Node.CPU*1000, w.Node.MemoryGi<<30, scal)}
 		c.nodes[name] = &simNode{n: node, pods: map[string]bool{}}
 		c.nodeList = append(c.nodeList, name)
-		for _, ca := range c.caches {
-			ca.AddOrUpdateNode(node)
-		}
+		c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateNode(node) })
 	}
 }
 
@@ -266,6 +269,44 @@ func (c *Cluster) Subscribe(ca *cache.Cache) {
 		ca.AddOrUpdateTask(p.t)
 	}
 	c.caches = append(c.caches, ca)
+}
+
+// fanout gives one update to every subscribed cache, as each shard's
+// informers would, timing each when asked (TimeCaches).
+func (c *Cluster) fanout(f func(*cache.Cache)) {
+	if !c.timeCaches {
+		for _, ca := range c.caches {
+			f(ca)
+		}
+		return
+	}
+	for _, ca := range c.caches {
+		t0 := time.Now()
+		f(ca)
+		d := time.Since(t0)
+		c.cacheMu.Lock()
+		c.cacheTime[ca] += d
+		c.cacheMu.Unlock()
+	}
+}
+
+// TimeCaches makes every later update of a cache count the wall time it
+// took, per cache (CacheTime). Call before the run starts.
+func (c *Cluster) TimeCaches() {
+	c.cacheMu.Lock()
+	defer c.cacheMu.Unlock()
+	c.timeCaches = true
+	if c.cacheTime == nil {
+		c.cacheTime = map[*cache.Cache]time.Duration{}
+	}
+}
+
+// CacheTime is the wall time ca has spent taking the cluster's updates
+// since TimeCaches.
+func (c *Cluster) CacheTime(ca *cache.Cache) time.Duration {
+	c.cacheMu.Lock()
+	defer c.cacheMu.Unlock()
+	return c.cacheTime[ca]
 }
 
 // Unsubscribe stops updating ca (its shard died).
@@ -327,9 +368,7 @@ func (c *Cluster) addGroupLocked(pg api.Job) *simGroup {
 	g.j.ResourceVersion = "1"
 	c.groups[pg.UID] = g
 	c.groupUIDs[pg.Name] = pg.UID
-	for _, ca := range c.caches {
-		ca.AddOrUpdateJob(g.j)
-	}
+	c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateJob(g.j) })
 	return g
 }
 
@@ -339,9 +378,7 @@ func (c *Cluster) deleteGroupLocked(g *simGroup) {
 	if c.groupUIDs[g.j.Name] == g.j.UID {
 		delete(c.groupUIDs, g.j.Name)
 	}
-	for _, ca := range c.caches {
-		ca.DeleteJob(g.j.UID)
-	}
+	c.fanout(func(ca *cache.Cache) { ca.DeleteJob(g.j.UID) })
 }
 
 // createPodLocked creates the job's next pod.
@@ -363,9 +400,7 @@ func (c *Cluster) newPodLocked(j *simJob, name, schedulerName string, now time.T
 	c.pods[p.t.UID] = p
 	c.pendingCPU[j.spec.Queue] += j.spec.CPU
 	c.pendingPods++
-	for _, ca := range c.caches {
-		ca.AddOrUpdateTask(p.t)
-	}
+	c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateTask(p.t) })
 }
 
 // errBind is what the simulated API server answers to a bad bind.
@@ -420,9 +455,7 @@ func (c *Cluster) Bind(t *api.Task, node, shard string, fenced bool) error {
 	c.stats.Binds++
 	c.lat.add(now.Sub(p.t.Created))
 	c.tailLocked(p.job, now.Sub(p.t.Created))
-	for _, ca := range c.caches {
-		ca.AddOrUpdateTask(p.t)
-	}
+	c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateTask(p.t) })
 	return nil
 }
 
@@ -603,9 +636,7 @@ func (c *Cluster) advance(d time.Duration, retain time.Duration) {
 		if j.created < j.size {
 			c.creates = append(c.creates, podCreate{at: p.end.Add(ControllerDelay), job: j})
 		}
-		for _, ca := range c.caches {
-			ca.AddOrUpdateTask(p.t)
-		}
+		c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateTask(p.t) })
 	}
 	for len(c.creates) > 0 && !c.creates[0].at.After(now) {
 		pc := c.creates[0]
@@ -620,9 +651,7 @@ func (c *Cluster) advance(d time.Duration, retain time.Duration) {
 		}
 		for puid := range j.pods {
 			delete(c.pods, puid)
-			for _, ca := range c.caches {
-				ca.DeleteTask(puid)
-			}
+			c.fanout(func(ca *cache.Cache) { ca.DeleteTask(puid) })
 		}
 		delete(c.jobs, name)
 		if g := c.groups[c.groupUIDs[j.group]]; g != nil && !g.j.Implicit {
@@ -643,9 +672,7 @@ func (c *Cluster) Drain(names []string) {
 			continue
 		}
 		n.n.Unschedulable = true
-		for _, ca := range c.caches {
-			ca.AddOrUpdateNode(n.n)
-		}
+		c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateNode(n.n) })
 		uids := make([]string, 0, len(n.pods))
 		for uid := range n.pods {
 			uids = append(uids, uid)
@@ -656,9 +683,7 @@ func (c *Cluster) Drain(names []string) {
 			c.unbookLocked(p)
 			delete(c.pods, uid)
 			delete(p.job.pods, uid)
-			for _, ca := range c.caches {
-				ca.DeleteTask(uid)
-			}
+			c.fanout(func(ca *cache.Cache) { ca.DeleteTask(uid) })
 			c.stats.Evicted++
 			c.newPodLocked(p.job, p.t.Name+"-r", p.t.SchedulerName, now)
 		}
@@ -672,9 +697,7 @@ func (c *Cluster) Shrink(names []string, milliCPU int64) {
 	for _, name := range names {
 		if n, ok := c.nodes[name]; ok {
 			n.n.Allocatable = n.n.Allocatable.With(api.CPU, milliCPU)
-			for _, ca := range c.caches {
-				ca.AddOrUpdateNode(n.n)
-			}
+			c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateNode(n.n) })
 		}
 	}
 }
@@ -1022,9 +1045,7 @@ func (w *StatusWriter) WritePodGroupStatus(_ context.Context, _, name, uid strin
 		g.j.Phase = st.Phase
 		g.rv++
 		g.j.ResourceVersion = strconv.FormatInt(g.rv, 10)
-		for _, ca := range w.c.caches { // as the informers would
-			ca.AddOrUpdateJob(g.j)
-		}
+		w.c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateJob(g.j) }) // as the informers would
 	}
 	return nil
 }

@@ -124,6 +124,9 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	if err != nil {
 		return report.Run{}, err
 	}
+	if cfg.VirtualCPU {
+		cl.TimeCaches()
+	}
 	etcd, err := cluster.StartEtcd(cluster.EtcdOptions{NoFsync: !cfg.Fsync, LogLevel: "fatal"})
 	if err != nil {
 		return report.Run{}, err
@@ -349,14 +352,13 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 		}
 		t0 := time.Now()
 		d.submit(t0)
-		ingest := time.Since(t0) // the arrivals' events into every shard's cache
 		if err := d.injectFaults(ctx); err != nil {
 			return d.run, err
 		}
 		d.syncBooks()
 		var charged time.Duration
 		if s.cfg.VirtualCPU {
-			charged = d.cycleAlone(ctx, ingest)
+			charged = d.cycleAlone(ctx)
 		} else {
 			s.cycle(ctx)
 		}

@@ -170,31 +170,46 @@ func waitBinds(procs []*shardProc) {
 
 // cycleAlone is the step's cycles with each shard on a machine of its own
 // (Config.VirtualCPU): the shards cycle one after another, each with the
-// cluster's clock started again at the step's virtual time plus its share
-// of ingest, and each is timed from its cycle's start to its last bind. It
-// returns the virtual time the step is charged: the slowest shard's time,
-// or the coordinator leader's busy time over the step (applies and etcd
-// commits for every shard's calls) when that is longer, and adds both to
-// the run's account.
-//
-// ingest is the wall time the step's arrivals took to reach every shard's
-// cache (one after another); each shard, on its own machine, would take
-// its share, so that share is charged before its cycle. What the other
-// shards do while one cycles (their caches taking the pod events of its
-// binds, their gossip) runs on the same cores and is charged to the one
-// cycling: the figures are pessimistic for large shard counts.
-func (d *driver) cycleAlone(ctx context.Context, ingest time.Duration) time.Duration {
+// cluster's clock started again at the step's virtual time, and each is
+// charged the wall time from its cycle's start to its last bind, less what
+// the other shards' caches spent meanwhile taking the events of its binds,
+// plus what its own cache spent taking events since its last cycle (the
+// step's arrivals, the other shards' binds): on machines of their own the
+// caches take the same events side by side. It returns the virtual time
+// the step is charged: the slowest shard's, or the coordinator leader's
+// busy time over the step (applies and etcd commits for every shard's
+// calls) when that is longer, and adds both to the run's account.
+func (d *driver) cycleAlone(ctx context.Context) time.Duration {
 	s := d.s
 	apply0, commit0 := s.coordBusy()
 	live := s.live()
-	share := ingest / time.Duration(max(len(live), 1))
+	if d.vcpu.charged == nil {
+		// What the caches took before the run's first step (start-up)
+		// is nobody's step.
+		d.vcpu.charged = map[*shardProc]time.Duration{}
+		for _, p := range live {
+			d.vcpu.charged[p] = s.cl.CacheTime(p.Cache)
+		}
+	}
 	var slowest time.Duration
 	for _, p := range live {
+		before := make([]time.Duration, len(live))
+		for i, q := range live {
+			before[i] = s.cl.CacheTime(q.Cache)
+		}
+		owed := s.cl.CacheTime(p.Cache) - d.vcpu.charged[p]
 		t0 := time.Now()
-		s.cl.runClock(t0.Add(-share))
+		s.cl.runClock(t0.Add(-owed))
 		p.Sched.Cycle(ctx)
 		waitBinds([]*shardProc{p})
-		slowest = max(slowest, time.Since(t0)+share)
+		took := time.Since(t0)
+		for i, q := range live {
+			if q != p {
+				took -= s.cl.CacheTime(q.Cache) - before[i]
+			}
+		}
+		d.vcpu.charged[p] = s.cl.CacheTime(p.Cache)
+		slowest = max(slowest, owed+max(took, 0))
 	}
 	apply1, commit1 := s.coordBusy()
 	coord := (apply1 - apply0) + (commit1 - commit0)
@@ -226,6 +241,8 @@ func (s *sim) coordBusy() (apply, commit time.Duration) {
 type vcpuAccount struct {
 	steps, coordLimited    int
 	slowest, apply, commit time.Duration
+	// charged is, per shard, its cache's time already charged to it.
+	charged map[*shardProc]time.Duration
 }
 
 // progress reports on cfg.Progress every 10 s of wall time.
