@@ -38,6 +38,7 @@ type driver struct {
 	lastProgress      time.Time
 	lastProgressBinds int64
 	lastProgressAt    time.Duration
+	stepsIdle         int       // burst: steps since the last bind
 	lastBindWall      time.Time // burst: when the last pod was bound
 
 	vcpu    vcpuAccount   // VirtualCPU only
@@ -96,11 +97,16 @@ func (d *driver) over() bool {
 	if d.w.Burst {
 		// Done when the backlog is placed, or when nothing more has
 		// been placed for a while (what is left does not fit).
+		// A while is 5 virtual seconds and 20 steps: a step with a
+		// virtual CPU per shard may itself last seconds (the first one
+		// takes the whole backlog into the caches).
 		binds := d.s.cl.Stats().Binds
+		d.stepsIdle++
 		if binds != d.lastProgressBinds {
-			d.lastProgressBinds, d.lastProgressAt, d.lastBindWall = binds, d.vt, time.Now()
+			d.lastProgressBinds, d.lastProgressAt, d.lastBindWall, d.stepsIdle = binds, d.vt, time.Now(), 0
 		}
-		return d.vt > 0 && (d.pending == 0 || d.vt-d.lastProgressAt > 5*time.Second) || d.vt > d.end
+		stalled := d.vt-d.lastProgressAt > 5*time.Second && d.stepsIdle > 20
+		return d.vt > 0 && (d.pending == 0 || stalled) || d.vt > d.end
 	}
 	return d.vt > d.end
 }
