@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/bench/workload"
 	"github.com/shardsched/shardsched/cache"
 )
@@ -169,19 +170,26 @@ func TestClusterTailNote(t *testing.T) {
 	}
 }
 
-// A short run on real shards, the real coordinator and an embedded etcd:
-// pods are placed, and every invariant holds.
-func TestRunSmall(t *testing.T) {
+// runShort runs 30 virtual seconds of churn at 10k cores with 2 shards
+// (seed 3), each shard on a CPU of its own when vcpu.
+func runShort(t *testing.T, vcpu bool) report.Run {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts shards and etcd")
 	}
-	w := loadChurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r, err := Run(ctx, Config{Workload: w, Tier: "10k", Shards: 2, Seed: 3, Minutes: 0.5, Partitions: 256})
+	r, err := Run(ctx, Config{Workload: loadChurn(t), Tier: "10k", Shards: 2, Seed: 3, Minutes: 0.5, Partitions: 256, VirtualCPU: vcpu})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// A short run on real shards, the real coordinator and an embedded etcd:
+// pods are placed, and every invariant holds.
+func TestRunSmall(t *testing.T) {
+	r := runShort(t, false)
 	// Seed 3 submits 433 pods in these 30 s (job sizes are heavy-tailed:
 	// few 128-pod gangs this time), far from a full cluster: nearly all
 	// must be bound.
@@ -206,16 +214,7 @@ func TestRunSmall(t *testing.T) {
 // step is charged what its slowest shard (or the coordinator) took, and
 // throughput is per virtual second; the invariants hold as in any run.
 func TestRunVirtualCPU(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts shards and etcd")
-	}
-	w := loadChurn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	r, err := Run(ctx, Config{Workload: w, Tier: "10k", Shards: 2, Seed: 3, Minutes: 0.5, Partitions: 256, VirtualCPU: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := runShort(t, true)
 	if r.Failed() {
 		t.Errorf("invariants broken: %v", r.Invariants)
 	}
