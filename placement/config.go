@@ -36,7 +36,8 @@ type Config struct {
 // "spread": every filter of this package (out-of-sync and cordoned nodes,
 // node selector, required affinity and taints first, resources last, so a
 // node that can never take the task is reported as such rather than as
-// short of resources), one scorer with weight 1, and no sampling.
+// short of resources), the strategy's scorer and SpareDevices with weight
+// 1 each, and no sampling.
 func DefaultConfig(strategy string) (Config, error) {
 	var s Scorer
 	switch strategy {
@@ -57,8 +58,8 @@ func DefaultConfig(strategy string) (Config, error) {
 			Taints{},
 			Resources{},
 		},
-		Scorers: []Scorer{s},
-		Weights: []int64{1},
+		Scorers: []Scorer{s, SpareDevices{}},
+		Weights: []int64{1, 1},
 	}, nil
 }
 

@@ -292,7 +292,7 @@ func TestOutOfSyncAlwaysSkipped(t *testing.T) {
 func TestDefaultConfig(t *testing.T) {
 	for _, s := range []string{StrategyBinPack, StrategySpread} {
 		cfg, err := DefaultConfig(s)
-		if err != nil || cfg.Validate() != nil || len(cfg.Filters) != 6 || len(cfg.Scorers) != 1 || cfg.Sample != 0 {
+		if err != nil || cfg.Validate() != nil || len(cfg.Filters) != 6 || len(cfg.Scorers) != 2 || cfg.Sample != 0 {
 			t.Fatalf("%s: %+v %v %v", s, cfg, err, cfg.Validate())
 		}
 		if got := cfg.Filters[len(cfg.Filters)-1].Name(); got != "Resources" {
@@ -304,6 +304,11 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	if got := mustConfig(t, StrategySpread).Scorers[0].Name(); got != "Spread" {
 		t.Errorf("spread scorer %s", got)
+	}
+	for _, s := range []string{StrategyBinPack, StrategySpread} {
+		if got := mustConfig(t, s).Scorers[1].Name(); got != "SpareDevices" {
+			t.Errorf("%s: second scorer %s, want SpareDevices", s, got)
+		}
 	}
 	for _, bad := range []string{"", "BinPack", "most-allocated"} {
 		_, err := DefaultConfig(bad)

@@ -129,7 +129,15 @@ func checkGreedy(t *testing.T, ctx string, cfg Config, tasks []*api.Task, nodes 
 		return task.Request.Fits(free[n.Node.Name])
 	}
 	score := func(task *api.Task, n *api.NodeBooks) int64 {
-		return cfg.Scorers[0].Score(task, &NodeView{Books: n, Free: free[n.Node.Name]})
+		total := int64(0)
+		for i, s := range cfg.Scorers {
+			w := int64(1)
+			if i < len(cfg.Weights) {
+				w = cfg.Weights[i]
+			}
+			total += w * min(max(s.Score(task, &NodeView{Books: n, Free: free[n.Node.Name]}), 0), MaxScore)
+		}
+		return total
 	}
 	firstFailure := true
 	for _, task := range tasks {

@@ -27,6 +27,7 @@ type Scorer interface {
 var (
 	_ Scorer = BinPack{}
 	_ Scorer = Spread{}
+	_ Scorer = SpareDevices{}
 )
 
 // BinPack prefers the node that is most allocated once the task is placed:
@@ -51,6 +52,31 @@ func (Spread) Name() string { return "Spread" }
 
 // Score implements Scorer.
 func (Spread) Score(t *api.Task, n *NodeView) int64 { return MaxScore - dominantShareAfter(t, n) }
+
+// SpareDevices keeps devices for the tasks that need them: a node with a
+// device resource (any scalar but the pod count, such as nvidia.com/gpu)
+// that the task does not ask for scores 0, any other node MaxScore. With
+// weight 1 beside BinPack or Spread (whose scores stop at MaxScore), a
+// task that needs no GPU goes to a GPU node only when no node without one
+// fits it: CPU-only pods would otherwise fill the GPU nodes' CPU and
+// memory, and a GPU gang would wait with the GPUs idle.
+type SpareDevices struct{}
+
+// Name implements Scorer.
+func (SpareDevices) Name() string { return "SpareDevices" }
+
+// Score implements Scorer.
+func (SpareDevices) Score(t *api.Task, n *NodeView) int64 {
+	if n == nil || n.Books == nil {
+		return MaxScore
+	}
+	for d, v := range n.Books.Node.Allocatable.Scalars {
+		if v > 0 && d != api.Pods && (t == nil || t.Request.Scalars[d] <= 0) {
+			return 0
+		}
+	}
+	return MaxScore
+}
 
 // dominantShareAfter returns, in 0..MaxScore, the largest fraction of a
 // dimension of the node's allocatable that would be in use once t is placed

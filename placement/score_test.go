@@ -44,6 +44,57 @@ func TestScores(t *testing.T) {
 	}
 }
 
+func TestSpareDevicesScore(t *testing.T) {
+	gpuTask := &api.Task{Request: api.NewResource(1000, 0, map[string]int64{gpu: 1, api.Pods: 1})}
+	cases := []struct {
+		name string
+		task *api.Task
+		node *NodeView
+		want int64
+	}{
+		{"cpu task, cpu node", mkTask("a", 1000, 1), view(mkNode("n", 16, 64, 110)), MaxScore},
+		{"cpu task, gpu node", mkTask("a", 1000, 1), view(mkNode("n", 16, 64, 110, withGPU(8))), 0},
+		{"gpu task, gpu node", gpuTask, view(mkNode("n", 16, 64, 110, withGPU(8))), MaxScore},
+		{"cpu task, node with zero gpus", mkTask("a", 1000, 1), view(mkNode("n", 16, 64, 110, withGPU(0))), MaxScore},
+		{"nil task, gpu node", nil, view(mkNode("n", 16, 64, 110, withGPU(8))), 0},
+		{"nil node", mkTask("a", 1, 1), nil, MaxScore},
+	}
+	for _, tc := range cases {
+		if got := (SpareDevices{}).Score(tc.task, tc.node); got != tc.want {
+			t.Errorf("%s: SpareDevices = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// With the default pipeline a task that asks for no GPU goes to a GPU node
+// only when no other node fits it, however packed the GPU node is; a GPU
+// task still goes where the GPUs are.
+func TestDefaultConfigSparesGPUNodes(t *testing.T) {
+	for _, strategy := range []string{StrategyBinPack, StrategySpread} {
+		cfg := mustConfig(t, strategy)
+		nodes := []*api.NodeBooks{
+			mkNode("gpu-busy", 32, 128, 110, withGPU(8), withUsed(28000, 16, 10)),
+			mkNode("cpu-empty", 32, 128, 110),
+			mkNode("cpu-full", 32, 128, 110, withUsed(32000, 128, 30)),
+		}
+		for seed := uint64(0); seed < 20; seed++ {
+			if got := PlaceGang(cfg, []*api.Task{mkTask("a", 2000, 2)}, nodes, 1, rngFor(seed)).Assignments["a"]; got != "cpu-empty" {
+				t.Fatalf("%s seed %d: cpu task placed on %q, want cpu-empty", strategy, seed, got)
+			}
+		}
+		gt := mkTask("g", 1000, 1)
+		gt.Request = gt.Request.With(gpu, 1)
+		if got := PlaceGang(cfg, []*api.Task{gt}, nodes, 1, rngFor(1)).Assignments["g"]; got != "gpu-busy" {
+			t.Errorf("%s: gpu task placed on %q", strategy, got)
+		}
+		// The CPU nodes full: the GPU node takes the CPU task after all.
+		full := []*api.NodeBooks{nodes[0], nodes[2]}
+		if got := PlaceGang(cfg, []*api.Task{mkTask("b", 2000, 2)}, full, 1, rngFor(1)).Assignments["b"]; got != "gpu-busy" {
+			t.Errorf("%s: with the cpu nodes full the task went to %q, want gpu-busy", strategy, got)
+		}
+	}
+}
+
 // BinPack and Spread choose different nodes from the same cluster, whatever
 // the seed.
 func TestBinPackVersusSpread(t *testing.T) {

@@ -38,6 +38,7 @@ func (Taints) builtin()            {}
 func (Resources) builtin()         {}
 func (BinPack) builtin()           {}
 func (Spread) builtin()            {}
+func (SpareDevices) builtin()      {}
 
 // NodeView is what filters and scorers see of one node during one
 // placement: the node's books, read only, and what is free on it in the

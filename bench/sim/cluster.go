@@ -793,6 +793,15 @@ func (c *Cluster) sample(leaves []workload.LeafQueue, withJobs bool) sample {
 type jobClass struct {
 	kind string
 	size int
+	gpu  bool // its pods ask for GPUs (they fit GPU nodes only)
+}
+
+// String names the class in the notes.
+func (k jobClass) String() string {
+	if k.gpu {
+		return fmt.Sprintf("%s size %d, GPU", k.kind, k.size)
+	}
+	return fmt.Sprintf("%s size %d", k.kind, k.size)
 }
 
 // pendingByClass counts, per kind and size, the jobs with pending pods and
@@ -805,11 +814,11 @@ func (c *Cluster) pendingByClass() map[jobClass]pendingJobs {
 	for _, j := range c.jobs {
 		for _, p := range j.pods {
 			if p.t.NodeName == "" && !p.t.Phase.Terminal() {
-				k := jobClass{j.kindLabel(), j.size}
+				k := jobClass{j.kindLabel(), j.size, j.spec.GPU > 0}
 				e := out[k]
 				e.jobs++
 				if w := now.Sub(p.t.Created).Seconds(); w >= e.oldest {
-					e.oldest, e.why, e.gpu = w, j.why, j.spec.GPU > 0
+					e.oldest, e.why = w, j.why
 				}
 				if g := c.groups[c.groupUIDs[j.group]]; g != nil && g.j.Phase == api.JobCompleted {
 					e.inCompleted++
@@ -836,7 +845,7 @@ func (c *Cluster) tailLocked(j *simJob, w time.Duration) {
 	if c.tails == nil {
 		c.tails = map[jobClass]*classTail{}
 	}
-	k := jobClass{j.kindLabel(), j.size}
+	k := jobClass{j.kindLabel(), j.size, j.spec.GPU > 0}
 	t := c.tails[k]
 	if t == nil {
 		t = &classTail{}
@@ -882,8 +891,8 @@ func (c *Cluster) tailNote() string {
 		if why == "" {
 			why = "no event"
 		}
-		parts = append(parts, fmt.Sprintf("%s size %d: %d of %d pods over 10 s (%d over 1 s, %d over 60 s), longest %.0f s (%q)",
-			k.kind, k.size, t.over10, t.pods, t.over1, t.over60, t.max.Seconds(), why))
+		parts = append(parts, fmt.Sprintf("%s: %d of %d pods over 10 s (%d over 1 s, %d over 60 s), longest %.0f s (%q)",
+			k, t.over10, t.pods, t.over1, t.over60, t.max.Seconds(), why))
 	}
 	return fmt.Sprintf("bound pods that waited over 10 s: %d of %d (%.2f %%), by kind and size of job, most first: %s",
 		over10, all, 100*float64(over10)/float64(max(all, 1)), strings.Join(parts, "; "))
@@ -894,7 +903,6 @@ type pendingJobs struct {
 	jobs        int
 	oldest      float64
 	why         string
-	gpu         bool
 }
 
 // jobSettled reports whether a PodGroup still exists and, if so, whether

@@ -123,15 +123,11 @@ func (d *driver) notes(st Stats, rssEnd float64) {
 			if why == "" {
 				why = "no event yet"
 			}
-			gpu := ""
-			if e.gpu {
-				gpu = ", asks for GPUs"
-			}
 			completed := ""
 			if e.inCompleted > 0 {
 				completed = fmt.Sprintf(", %d of them in a PodGroup already Completed", e.inCompleted)
 			}
-			parts = append(parts, fmt.Sprintf("%s size %d: %d jobs (oldest %.0f s%s%s: %q)", k.kind, k.size, e.jobs, e.oldest, gpu, completed, why))
+			parts = append(parts, fmt.Sprintf("%s: %d jobs (oldest %.0f s%s: %q)", k, e.jobs, e.oldest, completed, why))
 		}
 		run.Notes = append(run.Notes, "jobs with pending pods at the end, by kind and size: "+strings.Join(parts, ", "))
 	}
