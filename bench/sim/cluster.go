@@ -56,6 +56,9 @@ type Cluster struct {
 	creates  []podCreate
 	uid      int64
 	gpuEvery int
+	// bigPodCPU is the workload's largest pod (milli-CPU), for the
+	// samples' count of the room left for such pods.
+	bigPodCPU int64
 	// queue paths (leaf first, root last) and capabilities of the tree the
 	// run declares, for the quota invariant
 	paths map[string][]string
@@ -192,7 +195,8 @@ func NewCluster(w *workload.Workload, n int, tree *api.Tree) (*Cluster, error) {
 	c := &Cluster{start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nodes: map[string]*simNode{}, pods: map[string]*simPod{},
 		jobs: map[string]*simJob{}, groups: map[string]*simGroup{}, groupUIDs: map[string]string{}, paths: map[string][]string{},
 		caps: map[string]api.Limit{}, deserved: map[string]int64{}, used: map[string]api.Resource{}, overrunsByKind: map[string]int64{},
-		pendingCPU: map[string]int64{}, queueWriters: map[string]map[string]bool{}, gpuEvery: w.Node.GPUEvery}
+		pendingCPU: map[string]int64{}, queueWriters: map[string]map[string]bool{}, gpuEvery: w.Node.GPUEvery,
+		bigPodCPU: w.LargestPodCPU() * 1000}
 	for _, spec := range tree.Specs() {
 		p, err := tree.Path(spec.Name)
 		if err != nil {
@@ -747,7 +751,11 @@ func (c *Cluster) NodeNames() []string {
 // sample is the cluster's state at one moment.
 type sample struct {
 	usedCPU, allocCPU int64
-	pending           int
+	// freeCPU is what schedulable nodes have free (milli-CPU), emptyCPU
+	// the part of it on nodes running nothing, and bigSlots how many pods
+	// of the workload's largest CPU size the free CPU could take.
+	freeCPU, emptyCPU, bigSlots int64
+	pending                     int
 	leafUsed          map[string]int64 // milli-CPU
 	leafPending       map[string]int64
 	runningJobs       map[string]bool // UIDs of jobs with their whole gang bound
@@ -759,7 +767,16 @@ func (c *Cluster) sample(leaves []workload.LeafQueue, withJobs bool) sample {
 	s := sample{leafUsed: map[string]int64{}, leafPending: map[string]int64{}}
 	for _, n := range c.nodes {
 		if !n.n.Unschedulable {
-			s.allocCPU += n.n.Allocatable.Get(api.CPU)
+			alloc := n.n.Allocatable.Get(api.CPU)
+			s.allocCPU += alloc
+			free := max(alloc-n.used.Get(api.CPU), 0)
+			s.freeCPU += free
+			if len(n.pods) == 0 {
+				s.emptyCPU += free
+			}
+			if c.bigPodCPU > 0 {
+				s.bigSlots += free / c.bigPodCPU
+			}
 		}
 		s.usedCPU += n.used.Get(api.CPU)
 	}

@@ -98,8 +98,10 @@ func (d *driver) notes(st Stats, rssEnd float64) {
 		run.Notes = append(run.Notes, n)
 	}
 	run.Notes = append(run.Notes, quotaNotes(s.cl, st)...)
-	if n := s.cl.tailNote(); n != "" {
-		run.Notes = append(run.Notes, n)
+	for _, n := range []string{d.offeredNote(), d.sampler.roomNote(s.cl.bigPodCPU), s.cl.tailNote()} {
+		if n != "" {
+			run.Notes = append(run.Notes, n)
+		}
 	}
 	if st.GroupsCreated > 0 || st.GroupsDeletedUnderPods > 0 {
 		run.Notes = append(run.Notes, fmt.Sprintf("implicit PodGroups: %d created and %d deleted by the shards; %d deleted while their pods still ran or waited",

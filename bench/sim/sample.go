@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 	"time"
@@ -27,6 +28,11 @@ type sampler struct {
 	peakRSS     float64
 	lastBinds   int64
 	lastSampleT time.Duration
+	// After warm-up: sums over the samples of the free CPU, the part of
+	// it on empty nodes and the room for the largest pods (sample).
+	freeSum, emptySum, slotSum float64
+	allocSum                   float64
+	fragN                      int
 }
 
 // takeSample, when a sample is due, checks the books (invariants.go) and
@@ -60,6 +66,13 @@ func (d *driver) takeSample() {
 			sp.utilSum += u
 			sp.utilN++
 		}
+		if vt >= sp.warmAt && !w.Burst {
+			sp.freeSum += float64(sm.freeCPU)
+			sp.emptySum += float64(sm.emptyCPU)
+			sp.slotSum += float64(sm.bigSlots)
+			sp.allocSum += float64(sm.allocCPU)
+			sp.fragN++
+		}
 	}
 	if d.rw != nil {
 		d.rw.observe(vt, sm, s.leaves)
@@ -85,6 +98,22 @@ func (d *driver) takeSample() {
 		runtime.GC()
 		sp.rssWarm = procstat.RSSMiB()
 	}
+}
+
+// roomNote says where the free CPU was after warm-up (mean of the
+// samples): how much, how much of it on empty nodes, and how many of the
+// workload's largest pods it could have taken; "" without samples.
+func (sp *sampler) roomNote(bigPodCPU int64) string {
+	if sp.fragN == 0 || sp.allocSum == 0 {
+		return ""
+	}
+	n := float64(sp.fragN)
+	emptyShare := 0.0
+	if sp.freeSum > 0 {
+		emptyShare = 100 * sp.emptySum / sp.freeSum
+	}
+	return fmt.Sprintf("free CPU after warm-up (mean of %d samples): %.1f %% of the schedulable CPU (%.0f cores), %.0f %% of it on nodes running nothing; room for %.0f pods of %d CPU, the largest size",
+		sp.fragN, 100*sp.freeSum/sp.allocSum, sp.freeSum/n/1000, emptyShare, sp.slotSum/n, bigPodCPU/1000)
 }
 
 // sampleFigures fills the run's mean utilization, fair-share errors and

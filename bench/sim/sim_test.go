@@ -318,3 +318,35 @@ func TestClusterEvictPod(t *testing.T) {
 		t.Error("the node's books do not fit after the evictions")
 	}
 }
+
+// The offered-load note divides what the jobs asked for (pods × CPU ×
+// lifetime) by the cluster's cores × the run's length, per parent.
+func TestOfferedNote(t *testing.T) {
+	w := loadChurn(t)
+	d := &driver{s: &sim{tier: workload.Tier{Nodes: 10}}, w: w, vt: 100 * time.Second, end: 100 * time.Second,
+		offered: map[string]float64{"p0": 0.25 * 640 * 100, "p1": 0.5 * 640 * 100}}
+	w.Node.CPU = 64
+	got := d.offeredNote()
+	for _, want := range []string{"asked for 75.0 % of the cluster's 640 cores", "p0 25.0 %, p1 50.0 %", "capped at 20 %"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("note %q lacks %q", got, want)
+		}
+	}
+	if (&driver{w: w}).offeredNote() != "" {
+		t.Error("a run that offered nothing has an offered-load note")
+	}
+}
+
+// The room note averages the samples taken after warm-up.
+func TestRoomNote(t *testing.T) {
+	sp := &sampler{freeSum: 2 * 10_000_000, emptySum: 2 * 2_500_000, slotSum: 2 * 1000, allocSum: 2 * 100_000_000, fragN: 2}
+	got := sp.roomNote(8000)
+	for _, want := range []string{"10.0 % of the schedulable CPU (10000 cores)", "25 % of it on nodes running nothing", "room for 1000 pods of 8 CPU"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("note %q lacks %q", got, want)
+		}
+	}
+	if (&sampler{}).roomNote(8000) != "" {
+		t.Error("a note without samples")
+	}
+}

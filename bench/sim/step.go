@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +50,9 @@ type driver struct {
 	// outOfSyncBad counts nodes_out_of_sync: out-of-sync nodes whose truth
 	// fits, and books that drifted silently.
 	outOfSyncBad int64
+	// offered sums, per parent queue, what the jobs submitted ask for
+	// over their lives: pods × CPU seconds × lifetime (not for a burst).
+	offered map[string]float64
 }
 
 // newDriver names the run, prepares the job generator, the node events,
@@ -124,12 +129,56 @@ func (d *driver) submit(t0 time.Time) {
 			break
 		}
 		s.cl.Submit(js, schedulerName)
+		if !d.w.Burst {
+			if d.offered == nil {
+				d.offered = map[string]float64{}
+			}
+			d.offered[s.parentOf(js.Queue)] += float64(js.Size) * float64(js.CPU) / 1000 * js.Lifetime.Seconds()
+		}
 	}
 	for len(d.events) > 0 && time.Duration(d.events[0].At*float64(d.end)) <= vt {
 		e := d.events[0]
 		d.events = d.events[1:]
 		s.nodeEvent(e)
 	}
+}
+
+// parentOf returns a leaf queue's parent (the leaf itself when unknown).
+func (s *sim) parentOf(leaf string) string {
+	for _, l := range s.leaves {
+		if l.Name == leaf {
+			return l.Parent
+		}
+	}
+	return leaf
+}
+
+// offeredNote says how much of the cluster the jobs submitted asked for,
+// in all and by parent queue beside each parent's capability: a churn's
+// latency depends on it as much as on the scheduler. "" for a burst.
+func (d *driver) offeredNote() string {
+	if len(d.offered) == 0 || d.vt <= 0 {
+		return ""
+	}
+	cores := float64(d.s.tier.Nodes) * float64(d.w.Node.CPU)
+	denom := cores * min(d.vt, d.end).Seconds()
+	total := 0.0
+	parents := make([]string, 0, len(d.offered))
+	for p, v := range d.offered {
+		total += v
+		parents = append(parents, p)
+	}
+	slices.Sort(parents)
+	parts := make([]string, 0, len(parents))
+	for _, p := range parents {
+		parts = append(parts, fmt.Sprintf("%s %.1f %%", p, 100*d.offered[p]/denom))
+	}
+	capped := ""
+	if f := d.w.Queues.ParentCapabilityFraction; f > 0 {
+		capped = fmt.Sprintf(" (each capped at %.0f %% of the cluster)", 100*f)
+	}
+	return fmt.Sprintf("offered load: the jobs submitted asked for %.1f %% of the cluster's %.0f cores over the run (pods × CPU × lifetime); by parent queue: %s%s",
+		100*total/denom, cores, strings.Join(parts, ", "), capped)
 }
 
 // nodeEvent applies a workload node event to the cluster.

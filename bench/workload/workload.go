@@ -124,6 +124,20 @@ func (k JobKind) implicit() bool {
 	return k.kind() == KindDeployment || k.kind() == KindBatch
 }
 
+// LargestPodCPU is the most cores any pod of the workload asks for.
+func (w *Workload) LargestPodCPU() int64 {
+	var most int64
+	for _, c := range w.Pod.CPU {
+		most = max(most, c.Value)
+	}
+	for _, k := range w.Jobs {
+		for _, c := range k.CPU {
+			most = max(most, c)
+		}
+	}
+	return most
+}
+
 // meanSize is the mean number of pods a job of this kind creates over its life.
 func (k JobKind) meanSize() float64 {
 	if k.MaxSize > k.Size {
