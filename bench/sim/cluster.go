@@ -756,9 +756,9 @@ type sample struct {
 	// of the workload's largest CPU size the free CPU could take.
 	freeCPU, emptyCPU, bigSlots int64
 	pending                     int
-	leafUsed          map[string]int64 // milli-CPU
-	leafPending       map[string]int64
-	runningJobs       map[string]bool // UIDs of jobs with their whole gang bound
+	leafUsed                    map[string]int64 // milli-CPU
+	leafPending                 map[string]int64
+	runningJobs                 map[string]bool // UIDs of jobs with their whole gang bound
 }
 
 func (c *Cluster) sample(leaves []workload.LeafQueue, withJobs bool) sample {
