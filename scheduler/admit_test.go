@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,10 +116,11 @@ func TestStarvingGangGetsNodesHeld(t *testing.T) {
 	}
 	r.advance(11 * time.Second) // past StarveAfter
 	r.cycles(t, 1)
-	if r.s.Stats().Holds != 1 || r.s.held == nil || r.s.held.job != "gang" || len(r.s.held.nodes) != 2 {
+	h := r.s.held.byJob["gang"]
+	if r.s.Stats().Holds != 1 || len(r.s.held.byJob) != 1 || h == nil || len(h.nodes) != 2 {
 		t.Fatalf("no hold of two nodes for the starving gang: %+v", r.s.held)
 	}
-	held := r.s.held.nodes
+	held := h.nodes
 	// The pods on the other nodes shrink to 3 CPU (5 free: not enough for a
 	// gang task): bin-packing alone would now put a younger 2-CPU job on a
 	// held node (the fullest); the hold must not let it.
@@ -145,7 +148,99 @@ func TestStarvingGangGetsNodesHeld(t *testing.T) {
 	if !held[b["gang-0"]] || !held[b["gang-1"]] || b["gang-0"] == b["gang-1"] {
 		t.Fatalf("gang binds %v, want both on the two held nodes %v", b, held)
 	}
-	if r.s.held != nil {
+	if len(r.s.held.byJob) != 0 || len(r.s.held.byNode) != 0 {
 		t.Fatalf("hold still on after the gang was placed: %+v", r.s.held)
+	}
+}
+
+// Several gangs starve at once: each gets nodes of its own while the nodes
+// held stay within HoldShare of the shard's; past it, a younger gang waits
+// for a hold to end. The first hold is allowed whatever its size.
+func TestHoldsWithinBudget(t *testing.T) {
+	for _, tc := range []struct {
+		share float64
+		want  int // gangs holding nodes
+	}{{0.1, 1}, {0.4, 2}, {0.6, 3}} {
+		r := newRig(t, "shard-o")
+		r.s.cfg.HoldShare = tc.share
+		for i := 0; i < 10; i++ {
+			n := fmt.Sprintf("n%d", i)
+			r.node(n, 8)
+			r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: "old-" + n, UID: "old-" + n, Job: "old",
+				NodeName: n, Phase: api.TaskRunning, Request: api.NewResource(5000, gi, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+		}
+		for g := 0; g < 3; g++ {
+			uid := fmt.Sprintf("gang%d", g)
+			r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: 2, Phase: api.JobPending, Created: r.clock().Add(time.Duration(g) * time.Millisecond)})
+			for i := 0; i < 2; i++ {
+				r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", uid, i), UID: fmt.Sprintf("%s-%d", uid, i), Job: uid,
+					Request: api.NewResource(6000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano", Created: r.clock()})
+			}
+		}
+		r.cycles(t, 2)
+		r.advance(11 * time.Second)
+		r.cycles(t, 2)
+		if got := len(r.s.held.byJob); got != tc.want {
+			t.Fatalf("share %v: %d gangs hold nodes, want %d (%+v)", tc.share, got, tc.want, r.s.held.byJob)
+		}
+		if _, ok := r.s.held.byJob["gang0"]; !ok {
+			t.Errorf("share %v: the oldest gang holds nothing", tc.share)
+		}
+		seen := map[string]string{}
+		for uid, h := range r.s.held.byJob {
+			if len(h.nodes) != 2 {
+				t.Errorf("share %v: %s holds %d nodes, want 2", tc.share, uid, len(h.nodes))
+			}
+			for n := range h.nodes {
+				if other, dup := seen[n]; dup {
+					t.Errorf("share %v: node %s held for %s and %s", tc.share, n, other, uid)
+				}
+				seen[n] = uid
+				if r.s.held.byNode[n] != uid {
+					t.Errorf("share %v: node %s held for %q by node, %s by job", tc.share, n, r.s.held.byNode[n], uid)
+				}
+			}
+		}
+		if len(r.s.held.byNode) != 2*tc.want {
+			t.Errorf("share %v: %d nodes held, want %d", tc.share, len(r.s.held.byNode), 2*tc.want)
+		}
+		if b := r.binder.Binds(); len(b) != 0 {
+			t.Errorf("share %v: bound %v with no room", tc.share, b)
+		}
+	}
+}
+
+// A node moved to another gang's hold leaves the first; ending a hold
+// frees only the nodes still held for it.
+func TestHoldsSetAndEnd(t *testing.T) {
+	h := newHolds()
+	now := time.Unix(0, 0)
+	h.set("a", map[string]bool{"n1": true, "n2": true}, now)
+	h.set("b", map[string]bool{"n2": true, "n3": true}, now)
+	if h.byNode["n2"] != "b" || h.byJob["a"].nodes["n2"] || len(h.byJob["a"].nodes) != 1 {
+		t.Fatalf("n2 not moved to b: %+v %+v", h.byNode, h.byJob["a"].nodes)
+	}
+	h.set("a", map[string]bool{"n4": true}, now.Add(time.Second))
+	if len(h.byJob["a"].nodes) != 2 || !h.byJob["a"].since.Equal(now) {
+		t.Fatalf("adding to a's hold: %+v", h.byJob["a"])
+	}
+	h.end("a")
+	if _, ok := h.byJob["a"]; ok || h.byNode["n1"] != "" || h.byNode["n4"] != "" || h.byNode["n2"] != "b" || h.byNode["n3"] != "b" {
+		t.Fatalf("after ending a: %+v", h.byNode)
+	}
+	h.end("missing")
+	h.end("b")
+	if len(h.byNode) != 0 || len(h.byJob) != 0 {
+		t.Fatalf("not empty: %+v", h)
+	}
+}
+
+func TestHoldShareValidated(t *testing.T) {
+	for _, bad := range []float64{-0.1, 1.5, math.NaN()} {
+		cfg := DefaultConfig()
+		cfg.HoldShare = bad
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "hold share") {
+			t.Errorf("HoldShare %v: %v", bad, err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -11,12 +12,19 @@ import (
 
 // Starvation guard. Small jobs fill the holes that finishing pods leave, so
 // on a busy shard a large gang may never find minMember tasks' worth of
-// room at once. When the oldest gang that does not fit has waited longer
-// than StarveAfter, the shard holds a set of nodes for it: no other job is
+// room at once. When a gang that does not fit has waited longer than
+// StarveAfter, the shard holds a set of nodes for it: no other job is
 // placed there, so their pods drain as they finish, until the gang fits (on
-// them or anywhere). One hold per shard at a time; it ends when the gang is
-// placed, gone or no longer this shard's, or after MaxHold (then the same
-// gang is not held again for MaxHold, so another may take a turn).
+// them or anywhere). Several gangs may hold nodes at once, oldest first,
+// while the nodes held stay within HoldShare of the shard's nodes (the
+// first hold is always allowed, so a small shard still serves its oldest
+// gang); a node is held for one gang at a time. A hold ends when its gang
+// is placed, gone or no longer this shard's, or after MaxHold (then the
+// same gang is not held again for MaxHold, so another may take a turn).
+//
+// One hold at a time was too few: in the 100k-core churn a gang of 128
+// arrives about every second and a few in five of them starved, while a
+// hold takes a pod lifetime to drain its nodes.
 
 // hold is the nodes set aside for one starving gang (loop only).
 type hold struct {
@@ -25,52 +33,109 @@ type hold struct {
 	since time.Time
 }
 
-// holdFilter returns nodes without the held ones, unless j is the job they
-// are held for. The result is computed once per cycle.
+// holds are the holds in force (loop only): by job UID, and the job each
+// held node is held for.
+type holds struct {
+	byJob  map[string]*hold
+	byNode map[string]string
+}
+
+func newHolds() holds { return holds{byJob: map[string]*hold{}, byNode: map[string]string{}} }
+
+// set holds nodes for job (adding to its hold if it has one) from since.
+func (h *holds) set(job string, nodes map[string]bool, since time.Time) {
+	cur := h.byJob[job]
+	if cur == nil {
+		cur = &hold{job: job, nodes: map[string]bool{}, since: since}
+		h.byJob[job] = cur
+	}
+	for n := range nodes {
+		if other, ok := h.byNode[n]; ok && other != job {
+			if o := h.byJob[other]; o != nil {
+				delete(o.nodes, n)
+			}
+		}
+		cur.nodes[n] = true
+		h.byNode[n] = job
+	}
+}
+
+// end ends job's hold.
+func (h *holds) end(job string) {
+	if cur := h.byJob[job]; cur != nil {
+		for n := range cur.nodes {
+			if h.byNode[n] == job {
+				delete(h.byNode, n)
+			}
+		}
+		delete(h.byJob, job)
+	}
+}
+
+// holdFilter returns the nodes j may use: those not held for another gang.
+// The list for jobs without a hold is computed once per cycle (cache).
 func (s *Scheduler) holdFilter(j *api.Job, nodes []*api.NodeBooks, cache *[]*api.NodeBooks) []*api.NodeBooks {
-	if s.held == nil || s.held.job == j.UID {
+	if len(s.held.byNode) == 0 {
 		return nodes
 	}
+	if s.held.byJob[j.UID] != nil {
+		return s.usable(nodes, j.UID)
+	}
 	if *cache == nil {
-		*cache = s.unheld(nodes)
+		*cache = s.usable(nodes, "")
 	}
 	return *cache
 }
 
 // unheld returns nodes without those held for a starving gang.
 func (s *Scheduler) unheld(nodes []*api.NodeBooks) []*api.NodeBooks {
-	if s.held == nil {
+	if len(s.held.byNode) == 0 {
 		return nodes
 	}
+	return s.usable(nodes, "")
+}
+
+// usable returns the nodes not held, or held for job.
+func (s *Scheduler) usable(nodes []*api.NodeBooks, job string) []*api.NodeBooks {
 	out := make([]*api.NodeBooks, 0, len(nodes))
 	for _, n := range nodes {
-		if !s.held.nodes[n.Node.Name] {
+		if by, ok := s.held.byNode[n.Node.Name]; !ok || by == job {
 			out = append(out, n)
 		}
 	}
 	return out
 }
 
+// holdBudget is how many of nodes may be held at once.
+func (s *Scheduler) holdBudget(nodes []*api.NodeBooks) int {
+	return int(s.cfg.HoldShare * float64(len(nodes)))
+}
+
 // maybeHold starts a hold for j, a gang of need tasks (the first need of
-// gang) that did not fit, if no hold exists, j has waited longer than
+// gang) that did not fit, if j holds nothing, has waited longer than
 // StarveAfter and was not held lately, and the gang would fit this shard's
-// nodes were they empty. The nodes held are those the gang's plan uses on
-// emptied copies of the nodes, the ones with the most free CPU now first
-// (they drain soonest), so every filter (selectors, taints, GPUs) counts.
+// nodes not held for others were they empty, within the budget. The nodes
+// held are those the gang's plan uses on emptied copies of the nodes, the
+// ones with the most free CPU now first (they drain soonest), so every
+// filter (selectors, taints, GPUs) counts.
 func (s *Scheduler) maybeHold(j *api.Job, gang []*api.Task, need int, nodes []*api.NodeBooks) {
 	now := s.cfg.Now()
-	if s.held != nil || need < 2 || j.Created.IsZero() || now.Sub(j.Created) < s.cfg.StarveAfter {
+	if s.held.byJob[j.UID] != nil || need < 2 || j.Created.IsZero() || now.Sub(j.Created) < s.cfg.StarveAfter {
 		return
 	}
 	if at, ok := s.heldBefore[j.UID]; ok && now.Sub(at) < s.cfg.MaxHold {
 		return // its last hold ran out: give other gangs a turn
+	}
+	budget := s.holdBudget(nodes)
+	if len(s.held.byJob) > 0 && len(s.held.byNode) >= budget {
+		return
 	}
 	type cand struct {
 		b    *api.NodeBooks
 		free int64
 	}
 	var cands []cand
-	for _, b := range nodes {
+	for _, b := range s.usable(nodes, "") {
 		if !b.OutOfSync && !b.Node.Unschedulable {
 			cands = append(cands, cand{b: b, free: b.Node.Allocatable.MilliCPU - b.Used.MilliCPU})
 		}
@@ -88,19 +153,23 @@ func (s *Scheduler) maybeHold(j *api.Job, gang []*api.Task, need int, nodes []*a
 	if !plan.OK {
 		return // the gang would not fit this shard even on empty nodes
 	}
-	h := &hold{job: j.UID, nodes: map[string]bool{}, since: now}
+	picked := map[string]bool{}
 	for _, node := range plan.Assignments {
-		h.nodes[node] = true
+		picked[node] = true
 	}
-	s.held = h
+	if len(s.held.byJob) > 0 && len(s.held.byNode)+len(picked) > budget {
+		return // over the budget: it waits for an older gang's hold to end
+	}
+	s.held.set(j.UID, picked, now)
 	s.heldBefore[j.UID] = now
 	s.stats.holds.Add(1)
-	s.log.Info("holding nodes for a starving gang", "job", j.Key(), "gang", need, "nodes", len(h.nodes), "waited", now.Sub(j.Created).Round(time.Millisecond))
+	s.log.Info("holding nodes for a starving gang", "job", j.Key(), "gang", need, "nodes", len(picked),
+		"holds", len(s.held.byJob), "nodes held", len(s.held.byNode), "waited", now.Sub(j.Created).Round(time.Millisecond))
 }
 
-// endHold ends the hold when its gang was placed, is gone, is no longer
-// this shard's to place (offered and claimed elsewhere, or its queue moved),
-// or has held the nodes for MaxHold. mine are the jobs this shard placed or
+// endHold ends each hold whose gang was placed, is gone, is no longer this
+// shard's to place (offered and claimed elsewhere, or its queue moved), or
+// has held its nodes for MaxHold. mine are the jobs this shard placed or
 // tried to place in the cycle.
 func (s *Scheduler) endHold(placed, mine, live map[string]bool) {
 	for uid, at := range s.heldBefore {
@@ -118,11 +187,11 @@ func (s *Scheduler) endHold(placed, mine, live map[string]bool) {
 			delete(s.roomTried, uid)
 		}
 	}
-	if s.held == nil {
-		return
-	}
-	if placed[s.held.job] || !mine[s.held.job] || s.cfg.Now().Sub(s.held.since) >= s.cfg.MaxHold {
-		s.log.Debug("hold ended", "job uid", s.held.job, "placed", placed[s.held.job], "held for", s.cfg.Now().Sub(s.held.since))
-		s.held = nil
+	for _, uid := range slices.Sorted(maps.Keys(s.held.byJob)) {
+		h := s.held.byJob[uid]
+		if placed[uid] || !mine[uid] || s.cfg.Now().Sub(h.since) >= s.cfg.MaxHold {
+			s.log.Debug("hold ended", "job uid", uid, "placed", placed[uid], "held for", s.cfg.Now().Sub(h.since))
+			s.held.end(uid)
+		}
 	}
 }

@@ -50,7 +50,7 @@ type nodeVictim struct {
 // fit even then. It reports whether it evicted. Loop only.
 func (s *Scheduler) preemptForRoom(ctx context.Context, j *api.Job, gang []*api.Task, need int, nodes []*api.NodeBooks) bool {
 	now := s.cfg.Now()
-	if s.deps.Evictor == nil || (s.held != nil && s.held.job != j.UID) || len(gang) < need {
+	if s.deps.Evictor == nil || len(gang) < need {
 		return false
 	}
 	if last, ok := s.roomTried[j.UID]; ok && (last.evicted && now.Sub(last.at) < nodePreemptAgain || now.Sub(last.at) < nodePreemptRetry) {
@@ -174,11 +174,11 @@ func (s *Scheduler) preemptForRoom(ctx context.Context, j *api.Job, gang []*api.
 		return false
 	}
 	s.roomTried[j.UID] = roomTry{at: now, evicted: true}
-	if s.held == nil || s.held.job != j.UID {
-		s.held = &hold{job: j.UID, nodes: held, since: now}
+	if s.held.byJob[j.UID] == nil {
 		s.heldBefore[j.UID] = now
 		s.stats.holds.Add(1)
 	}
+	s.held.set(j.UID, held, now)
 	msg := fmt.Sprintf("preempted by job %s/%s of queue %q (priority %d): it is admitted within its quota and needs this node's room", j.Namespace, j.Name, j.Queue, prio)
 	list := make([]nodeVictim, 0, len(evict))
 	for _, v := range evict {

@@ -142,7 +142,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			if role == asOwner && s.offer(ctx, j, ready[:need]) {
 				continue
 			}
-			if role == asOwner && s.preemptForRoom(ctx, j, ready, need, nodes) {
+			if role == asOwner && s.preemptForRoom(ctx, j, ready, need, cand) {
 				continue
 			}
 			if role == asOwner {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -115,8 +116,11 @@ type Config struct {
 	OfferTimeout, ClaimGiveUp, RefusedFor, CapacityInterval time.Duration
 	// Starvation guard (see hold.go): a gang that does not fit after
 	// waiting StarveAfter (default 10 s) gets nodes held for it, for at
-	// most MaxHold (default 5 min).
+	// most MaxHold (default 5 min). HoldShare is the most of the shard's
+	// nodes held at once for such gangs, 0..1 (0 means 0.1); the first
+	// hold is allowed whatever its size.
 	StarveAfter, MaxHold time.Duration
+	HoldShare            float64
 	// InqueueTimeout: a job admitted before its pods exist (sized by its
 	// minResources) whose gang's pods have not all come after this long
 	// gets its reservation back and returns to Pending with a condition
@@ -149,6 +153,8 @@ func (c Config) Validate() error {
 		return errors.New("cycle interval, bind backoff and call timeout must be positive")
 	case c.BindWorkers < 1 || c.BindWorkers > 1024:
 		return fmt.Errorf("bind workers %d: must be between 1 and 1024", c.BindWorkers)
+	case c.HoldShare < 0 || c.HoldShare > 1 || math.IsNaN(c.HoldShare):
+		return fmt.Errorf("hold share %v: must be between 0 and 1", c.HoldShare)
 	}
 	_, err := placement.DefaultConfig(c.Strategy)
 	return err
@@ -233,7 +239,7 @@ type Scheduler struct {
 	runnable      map[string]runnableMemo // loop only: couldRun's answer per job (evict.go)
 	lastEvictPoll time.Time               // loop only
 	ho            handoff                 // loop only
-	held          *hold                   // loop only: nodes held for a starving gang
+	held          holds                   // loop only: nodes held for starving gangs (hold.go)
 	// heldBefore is when each gang was last given a hold (loop only).
 	heldBefore map[string]time.Time
 
@@ -305,6 +311,9 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	if cfg.MaxHold <= 0 {
 		cfg.MaxHold = 5 * time.Minute
 	}
+	if cfg.HoldShare == 0 {
+		cfg.HoldShare = 0.1
+	}
 	if cfg.InqueueTimeout <= 0 {
 		cfg.InqueueTimeout = 3 * time.Minute
 	}
@@ -327,7 +336,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		groupOps: map[string]time.Time{}, summaries: map[jobKey]cache.JobSummary{}, heldBefore: map[string]time.Time{},
 		jobs: map[string]*jobRec{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{}, queueShort: map[string]time.Time{},
-		ho: newHandoff(), orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
+		ho: newHandoff(), held: newHolds(), orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
 	}, nil
 }
 
