@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -82,6 +83,9 @@ type Cluster struct {
 	// tails: per kind and size of job, how long its bound pods waited
 	// (what the tail of lat is made of).
 	tails map[jobClass]*classTail
+	// slowWhy counts the bound pods that waited over 1 s by the kind of
+	// reason their job was last given (waitKind).
+	slowWhy map[string]int64
 }
 
 // ControllerDelay is how long the simulated Job controller takes to create
@@ -880,6 +884,27 @@ func (c *Cluster) tailLocked(j *simJob, w time.Duration) {
 	if w > t.max {
 		t.max, t.why = w, j.why
 	}
+	if w > time.Second {
+		if c.slowWhy == nil {
+			c.slowWhy = map[string]int64{}
+		}
+		c.slowWhy[waitKind(j.why)]++
+	}
+}
+
+// waitKind sorts a job's last reason: "quota" (a queue short of quota),
+// "room" (no nodes had room), "no reason given" (none recorded: waiting
+// for its reservation, its group's pods or its next cycle) or "other".
+func waitKind(why string) string {
+	switch {
+	case why == "":
+		return "no reason given"
+	case strings.Contains(why, "quota"):
+		return "quota"
+	case strings.Contains(why, "does not fit") || strings.Contains(why, "nodes are available"):
+		return "room"
+	}
+	return "other"
 }
 
 // tailNote says, for the kinds and sizes of job whose bound pods waited
@@ -911,8 +936,18 @@ func (c *Cluster) tailNote() string {
 		parts = append(parts, fmt.Sprintf("%s: %d of %d pods over 10 s (%d over 1 s, %d over 60 s), longest %.0f s (%q)",
 			k, t.over10, t.pods, t.over1, t.over60, t.max.Seconds(), why))
 	}
-	return fmt.Sprintf("bound pods that waited over 10 s: %d of %d (%.2f %%), by kind and size of job, most first: %s",
-		over10, all, 100*float64(over10)/float64(max(all, 1)), strings.Join(parts, "; "))
+	var slow int64
+	for _, n := range c.slowWhy {
+		slow += n
+	}
+	kinds := slices.Sorted(maps.Keys(c.slowWhy))
+	sort.SliceStable(kinds, func(a, b int) bool { return c.slowWhy[kinds[a]] > c.slowWhy[kinds[b]] })
+	whys := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		whys = append(whys, fmt.Sprintf("%s %.0f %%", k, 100*float64(c.slowWhy[k])/float64(max(slow, 1))))
+	}
+	return fmt.Sprintf("bound pods that waited over 10 s: %d of %d (%.2f %%), by kind and size of job, most first: %s. The %d pods that waited over 1 s, by the last reason their job was given: %s",
+		over10, all, 100*float64(over10)/float64(max(all, 1)), strings.Join(parts, "; "), slow, strings.Join(whys, ", "))
 }
 
 type pendingJobs struct {

@@ -160,13 +160,28 @@ func TestClusterTailNote(t *testing.T) {
 	c.setElapsed(90 * time.Second)
 	bindSeq(2)
 	n := c.tailNote()
-	for _, want := range []string{"1 of 3 (33.33 %)", "size 1: 1 of 1 pods over 10 s (1 over 1 s, 1 over 60 s), longest 90 s"} {
+	for _, want := range []string{"1 of 3 (33.33 %)", "size 1: 1 of 1 pods over 10 s (1 over 1 s, 1 over 60 s), longest 90 s",
+		"The 1 pods that waited over 1 s, by the last reason their job was given: no reason given 100 %"} {
 		if !strings.Contains(n, want) {
 			t.Errorf("note %q lacks %q", n, want)
 		}
 	}
 	if strings.Contains(n, "size 2:") {
 		t.Errorf("note %q names the job bound at once", n)
+	}
+}
+
+func TestWaitKind(t *testing.T) {
+	for why, want := range map[string]string{
+		"": "no reason given",
+		`waiting for quota: queue "p2" is short of cpu by 723`:                                        "quota",
+		"gang of 128 (minMember 128) does not fit: 0/1600 nodes are available: 1489 Insufficient cpu": "room",
+		"0/1632 nodes are available: 1425 Insufficient cpu":                                           "room",
+		"its PodGroup is Completed":                                                                   "other",
+	} {
+		if got := waitKind(why); got != want {
+			t.Errorf("waitKind(%q) = %q, want %q", why, got, want)
+		}
 	}
 }
 
