@@ -98,7 +98,7 @@ func (d *driver) notes(st Stats, rssEnd float64) {
 		run.Notes = append(run.Notes, n)
 	}
 	run.Notes = append(run.Notes, quotaNotes(s.cl, st)...)
-	for _, n := range []string{d.offeredNote(), d.sampler.roomNote(s.cl.bigPodCPU), s.cl.tailNote()} {
+	for _, n := range []string{d.offeredNote(), d.sampler.roomNote(s.cl.bigPodCPU), s.cl.tailNote(), s.cl.quotaFreeNote()} {
 		if n != "" {
 			run.Notes = append(run.Notes, n)
 		}

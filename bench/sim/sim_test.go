@@ -169,6 +169,24 @@ func TestClusterTailNote(t *testing.T) {
 	if strings.Contains(n, "size 2:") {
 		t.Errorf("note %q names the job bound at once", n)
 	}
+	if n := c.quotaFreeNote(); n != "" {
+		t.Errorf("no job was told to wait for quota, yet note %q", n)
+	}
+	// A job told to wait for quota counts among all pods, not the others.
+	c.Submit(workload.JobSpec{Seq: 3, Queue: "q0-1", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Hour}, schedulerName)
+	for _, p := range c.pods {
+		if p.job.spec.Seq == 3 {
+			(&Recorder{c: c}).Unschedulable(&api.Job{Name: p.job.name}, `waiting for quota: queue "p0" is short of cpu by 1`)
+		}
+	}
+	c.setElapsed(200 * time.Second)
+	bindSeq(3)
+	n = c.quotaFreeNote()
+	for _, want := range []string{"never told to wait for quota: 3 of 4 (75.0 %)", "longest 90 s", "p99 90.000 s"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("note %q lacks %q", n, want)
+		}
+	}
 }
 
 func TestWaitKind(t *testing.T) {
