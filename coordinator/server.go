@@ -47,8 +47,13 @@ type Config struct {
 	// SessionTTL is the leader's etcd session TTL in seconds: a leader that
 	// stops without resigning is replaced within about this time.
 	SessionTTL int
-	// MaxGroupOps bounds the etcd operations in one commit (etcd refuses a
-	// Txn of more than 128 by default).
+	// MaxGroupOps bounds the calls in one group and the etcd operations in
+	// one Txn, 1..4096. etcd refuses a Txn of more than its --max-txn-ops
+	// (128 by default): above that, raise it (and --max-request-bytes for
+	// groups of a few thousand) on the etcd the coordinator writes to, as
+	// the chart does. A leader whose Txn etcd refuses as too large halves
+	// it until etcd takes it, and says so in its log, so a value too high
+	// costs throughput, never a reservation.
 	MaxGroupOps int
 	// GroupDelay is how long the leader waits for more requests before it
 	// commits a group that is not full. 0 commits as soon as no request is
@@ -82,8 +87,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("coordinator prefix %q: must start with /", c.Prefix)
 	case c.SessionTTL < 1 || c.SessionTTL > 3600:
 		return fmt.Errorf("coordinator session TTL %d s: must be between 1 and 3600", c.SessionTTL)
-	case c.MaxGroupOps < 1 || c.MaxGroupOps > 128:
-		return fmt.Errorf("coordinator max group ops %d: must be between 1 and 128", c.MaxGroupOps)
+	case c.MaxGroupOps < 1 || c.MaxGroupOps > maxGroupOps:
+		return fmt.Errorf("coordinator max group ops %d: must be between 1 and %d", c.MaxGroupOps, maxGroupOps)
 	case c.GroupDelay < 0 || c.GroupDelay > time.Second:
 		return fmt.Errorf("coordinator group delay %s: must be between 0 and 1s", c.GroupDelay)
 	case c.CommitTimeout <= 0:
@@ -91,6 +96,9 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// maxGroupOps is the largest MaxGroupOps accepted.
+const maxGroupOps = 4096
 
 func (c Config) electionPrefix() string { return c.Prefix + "/election" }
 func (c Config) treeKey() string        { return c.Prefix + "/tree" }

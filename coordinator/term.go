@@ -34,10 +34,13 @@ type term struct {
 	ledger *Ledger
 	revs   map[string]int64 // uid → revision of our last write of its key
 	group  int64
+	// txnOps is the most operations one Txn carries: MaxGroupOps until
+	// etcd refuses a Txn that large, then halved until it takes one.
+	txnOps int
 }
 
 func (s *Server) lead(ctx context.Context, sess *concurrency.Session, el *concurrency.Election) error {
-	t := &term{s: s, key: el.Key(), rev: el.Rev()}
+	t := &term{s: s, key: el.Key(), rev: el.Rev(), txnOps: s.cfg.MaxGroupOps}
 	loadRev, err := t.load(ctx)
 	if err != nil {
 		return err
@@ -430,7 +433,7 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 func (t *term) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
 	var rev int64
 	for len(ops) > 0 || rev == 0 {
-		n := min(len(ops), t.s.cfg.MaxGroupOps)
+		n := min(len(ops), max(t.txnOps, 1))
 		// Not derived from the term's context: a commit that is in flight
 		// when the term ends must still get a definite answer (committed
 		// under our leadership, or refused by the compare), so no caller
@@ -442,6 +445,14 @@ func (t *term) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
 			Commit()
 		cancel()
 		t.s.stats.txns.Add(1)
+		if err != nil && tooLarge(err) && n > 1 {
+			// Refused whole, before anything was applied: send it in
+			// smaller Txns from now on.
+			t.txnOps = n / 2
+			t.s.log.Warn("etcd refused a Txn this large; committing in smaller ones (raise etcd's --max-txn-ops and --max-request-bytes to MaxGroupOps, or lower MaxGroupOps)",
+				"ops", n, "now", t.txnOps, "err", err)
+			continue
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -452,6 +463,13 @@ func (t *term) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
 		ops = ops[n:]
 	}
 	return rev, nil
+}
+
+// tooLarge reports whether etcd refused a Txn for its number of operations
+// or its size.
+func tooLarge(err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrGRPCTooManyOps) ||
+		errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge)
 }
 
 // dedupeOps keeps only the last operation on each key (etcd refuses a Txn

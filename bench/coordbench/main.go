@@ -44,6 +44,7 @@ type options struct {
 	leaves     int
 	noFsync    bool
 	groupDelay time.Duration
+	groupOps   int
 }
 
 func parseInts(flagName, s string) ([]int, error) {
@@ -66,6 +67,7 @@ func main() {
 	flag.IntVar(&o.leaves, "leaves", 8, "leaf queues (tree: root -> 2 parents -> leaves)")
 	flag.BoolVar(&o.noFsync, "no-fsync", false, "run etcd without fsync")
 	flag.DurationVar(&o.groupDelay, "group-delay", 0, "coordinator group delay (0: commit when no request waits)")
+	flag.IntVar(&o.groupOps, "max-group-ops", 128, "coordinator calls per group and operations per etcd Txn, 1..4096 (etcd's --max-txn-ops is raised to match)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -122,7 +124,7 @@ func (s stats) pct(p float64) time.Duration {
 }
 
 func run(o options) error {
-	e, err := cluster.StartEtcd(cluster.EtcdOptions{NoFsync: o.noFsync, LogLevel: "fatal"})
+	e, err := cluster.StartEtcd(cluster.EtcdOptions{NoFsync: o.noFsync, LogLevel: "fatal", MaxTxnOps: uint(max(o.groupOps, 128))})
 	if err != nil {
 		return err
 	}
@@ -146,6 +148,7 @@ func run(o options) error {
 	defer scli.Close()
 	cfg := coordinator.DefaultConfig()
 	cfg.GroupDelay = o.groupDelay
+	cfg.MaxGroupOps = o.groupOps
 	srv, err := coordinator.NewServer(scli, cfg)
 	if err != nil {
 		return err
@@ -160,7 +163,8 @@ func run(o options) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	fmt.Printf("coordbench: embedded etcd (fsync %v), tree root -> 2 parents -> %d leaves, %s per run\n\n", !o.noFsync, o.leaves, o.duration)
+	fmt.Printf("coordbench: embedded etcd (fsync %v, --max-txn-ops %d), coordinator groups of up to %d, tree root -> 2 parents -> %d leaves, %s per run\n\n",
+		!o.noFsync, max(o.groupOps, 128), o.groupOps, o.leaves, o.duration)
 	fmt.Printf("| clients | in-flight | system | reservations/s | p50 | p99 | conflict retries | given up | ratio |\n")
 	fmt.Printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
 	round := 0

@@ -66,6 +66,8 @@ type EtcdOptions struct {
 	// LogLevel is etcd's log level (default "error"; tests use "fatal" to
 	// keep shutdown noise out of their output).
 	LogLevel string
+	// MaxTxnOps is etcd's --max-txn-ops (0: etcd's default, 128).
+	MaxTxnOps uint
 }
 
 // StartEtcd starts an embedded single-member etcd on free loopback ports.
@@ -118,6 +120,9 @@ func startEtcdOnce(opts EtcdOptions) (*Etcd, error) {
 	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	cfg.UnsafeNoFsync = opts.NoFsync
+	if opts.MaxTxnOps > 0 {
+		cfg.MaxTxnOps = opts.MaxTxnOps
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		if owned {
