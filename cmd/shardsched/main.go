@@ -40,7 +40,7 @@ type options struct {
 	gossipProfile                                 string
 	etcdEndpoints, etcdCA, etcdCert, etcdKey      string
 	schedulerName, strategy                       string
-	partitions, sessionTTL                        int
+	partitions, sessionTTL, coordGroupOps         int
 	statusFlush                                   time.Duration
 	httpAddr, coordAddr, coordAdvertise, logLevel string
 	shutdownTimeout                               time.Duration
@@ -80,6 +80,8 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.coordAdvertise, "coordinator-advertise-addr", "", "coordinator URL other shards use (default http://$POD_IP:port)")
 	fs.StringVar(&o.coordTokenFile, "coordinator-token-file", "",
 		"file holding the token every shard's coordinator calls carry (base64, at least 24 bytes: head -c 32 /dev/urandom | base64); the same on every shard")
+	fs.IntVar(&o.coordGroupOps, "coordinator-max-group-ops", coordinator.DefaultConfig().MaxGroupOps,
+		"reservation calls the coordinator commits in one etcd Txn, 1..4096; above 128 raise etcd's --max-txn-ops to match (a Txn etcd refuses is halved until taken)")
 	fs.BoolVar(&o.insecureCoordinator, "insecure-coordinator", false,
 		"run the coordinator API without a token: any caller that reaches its port is served (a trusted network only)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -116,6 +118,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--gossip-advertise-port=%d: must be 0..65535", o.gossipAdvertisePort)
 	case (o.etcdCert == "") != (o.etcdKey == ""):
 		return errors.New("--etcd-cert-file and --etcd-key-file go together")
+	case o.coordGroupOps < 1 || o.coordGroupOps > 4096:
+		return fmt.Errorf("--coordinator-max-group-ops=%d: must be between 1 and 4096", o.coordGroupOps)
 	case o.shutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout=%s: must be positive", o.shutdownTimeout)
 	case o.coordTokenFile == "" && !o.insecureCoordinator:
@@ -234,7 +238,7 @@ func run(o options, log *slog.Logger) error {
 	sc.BindAddr, sc.BindPort, sc.AdvertiseAddr, sc.AdvertisePort = o.gossipBind, o.gossipPort, o.gossipAdvertise, o.gossipAdvertisePort
 	sc.Join, sc.GossipKeyFile, sc.Partitions, sc.SessionTTL, sc.GossipProfile = splitList(o.join), o.gossipKeyFile, o.partitions, o.sessionTTL, o.gossipProfile
 	cc := coordinator.DefaultConfig()
-	cc.ListenAddr, cc.SessionTTL = o.coordAddr, o.sessionTTL
+	cc.ListenAddr, cc.SessionTTL, cc.MaxGroupOps = o.coordAddr, o.sessionTTL, o.coordGroupOps
 	if o.coordTokenFile != "" {
 		if cc.Token, err = readToken(o.coordTokenFile); err != nil {
 			return err
