@@ -47,7 +47,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			s.refuseClosed(js, closed)
 			continue
 		}
-		for _, j := range js {
+		for i, j := range js {
 			s.mu.Lock()
 			rec := s.peek(j.UID)
 			s.mu.Unlock()
@@ -81,6 +81,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 				// (same or lower priority, younger) wait too, so a big
 				// gang is not starved by smaller ones taking the quota
 				// it waits for (strict FIFO within a queue).
+				s.noteBehind(q, j, js[i+1:])
 				break
 			}
 			terms := s.terms(j)
@@ -99,8 +100,16 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	// cycle the fair-share order between queues is approximate; it holds
 	// across cycles. A queue stops at its first job that is not admitted.
 	parallel(work, s.cfg.AdmitParallelism, func(reqs []admitReq) {
-		for _, r := range reqs {
-			if !s.reserve(ctx, r) && !r.traverse {
+		for i, r := range reqs {
+			next, short := s.reserve(ctx, r)
+			if !next && !r.traverse {
+				if short {
+					behind := make([]*api.Job, 0, len(reqs)-i-1)
+					for _, b := range reqs[i+1:] {
+						behind = append(behind, b.job)
+					}
+					s.noteBehind(r.job.Queue, r.job, behind)
+				}
 				return
 			}
 		}
@@ -119,9 +128,10 @@ type admitReq struct {
 
 // reserve asks the coordinator for one job's reservation and records the
 // answer; it reports whether the jobs behind it in its queue may be asked
-// for now (it was admitted, or it can never fit). Called concurrently by
+// for now (it was admitted, or it can never fit), and whether it was
+// refused for quota. Called concurrently by
 // admit's workers.
-func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
+func (s *Scheduler) reserve(ctx context.Context, r admitReq) (next, short bool) {
 	j := r.job
 	actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
 		attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
@@ -142,7 +152,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		rec.admitWait = quotaBackoff{until: s.cfg.Now().Add(nominatedRetry), delay: nominatedRetry}
 		s.mu.Unlock()
 		s.nominated(j, res)
-		return true // what it waits for is held for it: the jobs behind it may ask
+		return true, false // what it waits for is held for it: the jobs behind it may ask
 	case err == nil:
 		s.stats.admitted.Add(1)
 		if !j.Created.IsZero() {
@@ -171,7 +181,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		// it must not hold up the jobs behind it.
 		s.backOffAdmission(j.UID)
 		s.neverFitsStatus(j, qe.Queue, qe.Resource, qe.Asked, qe.Capability)
-		return true
+		return true, false
 	case errors.As(err, &qe):
 		s.stats.quotaWaits.Add(1)
 		s.mu.Lock()
@@ -183,6 +193,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 			msg = fmt.Sprintf("moving from queue %q: its reservation moves when it fits; until then what runs keeps running and nothing more is placed; %v", from, qe)
 		}
 		s.waiting(j, "QueueQuotaExceeded", msg)
+		short = true
 	case errors.Is(err, wire.ErrInvalid):
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("cannot be admitted: %v", err)
@@ -193,7 +204,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 		s.backOffAdmission(j.UID)
 		s.log.Warn("reserve failed", "job", j.Key(), "err", err)
 	}
-	return err == nil
+	return err == nil, short
 }
 
 // closedLevel is the first level of path (leaf first) that is Closed or
@@ -262,6 +273,32 @@ func (s *Scheduler) neverFitsStatus(j *api.Job, queue, dim string, asked, capv i
 	msg := fmt.Sprintf("can never be admitted: it asks for %s of %s, above the capability %s of queue %q; jobs behind it are not held up",
 		api.FormatQuantity(dim, asked), dim, api.FormatQuantity(dim, capv), queue)
 	s.waiting(j, "QueueCapabilityTooSmall", msg)
+}
+
+// noteBehind says on the jobs behind head in queue q, pending and not yet
+// admitted, that they wait for it: head waits for quota and the queue admits its
+// jobs in order. At most once every 5 s per job, as every job event; the
+// status batcher drops a condition that did not change.
+func (s *Scheduler) noteBehind(q string, head *api.Job, behind []*api.Job) {
+	var msg string
+	now := s.cfg.Now()
+	for _, b := range behind {
+		if b.Phase != "" && b.Phase != api.JobPending {
+			continue // admitted, running or completed: not held up
+		}
+		s.mu.Lock()
+		rec := s.peek(b.UID)
+		s.mu.Unlock()
+		if rec.admission != nil || now.Before(rec.lateUntil) || !s.rateLimited(b.UID) {
+			continue
+		}
+		if msg == "" {
+			msg = fmt.Sprintf("waiting in queue %q behind job %s, which waits for quota: the queue admits its jobs in order (dequeueStrategy fifo)", q, head.Key())
+		}
+		s.setPodGroup(b.Namespace, b.Name, b.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+			Type: "Unschedulable", Status: "True", Reason: "WaitingInQueue", Message: msg}}})
+		s.deps.Recorder.Unschedulable(b, msg)
+	}
 }
 
 // backOffAdmission makes a job that was not admitted (no quota, a bad
