@@ -36,8 +36,8 @@ type Config struct {
 // "spread": every filter of this package (out-of-sync and cordoned nodes,
 // node selector, required affinity and taints first, resources last, so a
 // node that can never take the task is reported as such rather than as
-// short of resources), the strategy's scorer and SpareDevices with weight
-// 1 each, and no sampling.
+// short of resources), the strategy's scorer with weight 1 and
+// SpareDevices with weight 2, and no sampling.
 func DefaultConfig(strategy string) (Config, error) {
 	var s Scorer
 	switch strategy {
@@ -59,7 +59,7 @@ func DefaultConfig(strategy string) (Config, error) {
 			Resources{},
 		},
 		Scorers: []Scorer{s, SpareDevices{}},
-		Weights: []int64{1, 1},
+		Weights: []int64{1, 2},
 	}, nil
 }
 

@@ -43,6 +43,10 @@ func withGPU(n int64) nodeOpt {
 	return func(b *api.NodeBooks) { b.Node.Allocatable = b.Node.Allocatable.With(gpu, n) }
 }
 
+func withScalar(name string, v int64) nodeOpt {
+	return func(b *api.NodeBooks) { b.Node.Allocatable = b.Node.Allocatable.With(name, v) }
+}
+
 func withLabels(kv ...string) nodeOpt {
 	return func(b *api.NodeBooks) {
 		if b.Node.Labels == nil {

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math/bits"
+	"strings"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -54,12 +55,15 @@ func (Spread) Name() string { return "Spread" }
 func (Spread) Score(t *api.Task, n *NodeView) int64 { return MaxScore - dominantShareAfter(t, n) }
 
 // SpareDevices keeps devices for the tasks that need them: a node with a
-// device resource (any scalar but the pod count, such as nvidia.com/gpu)
-// that the task does not ask for scores 0, any other node MaxScore. With
-// weight 1 beside BinPack or Spread (whose scores stop at MaxScore), a
-// task that needs no GPU goes to a GPU node only when no node without one
-// fits it: CPU-only pods would otherwise fill the GPU nodes' CPU and
-// memory, and a GPU gang would wait with the GPUs idle.
+// device (an extended resource such as nvidia.com/gpu: a name with a
+// domain other than kubernetes.io) that the task does not ask for scores
+// 0, any other node MaxScore. Built-in resources (cpu, memory, pods,
+// ephemeral-storage, hugepages-*) are not devices: every real node has
+// some. DefaultConfig weighs it 2 beside BinPack or Spread (whose scores
+// stop at MaxScore), so among the nodes a task's placement looks at (a
+// sample on a large shard), one without devices always wins: CPU-only
+// pods would otherwise fill the GPU nodes' CPU and memory, and a GPU gang
+// would wait with the GPUs idle.
 type SpareDevices struct{}
 
 // Name implements Scorer.
@@ -71,11 +75,19 @@ func (SpareDevices) Score(t *api.Task, n *NodeView) int64 {
 		return MaxScore
 	}
 	for d, v := range n.Books.Node.Allocatable.Scalars {
-		if v > 0 && d != api.Pods && (t == nil || t.Request.Scalars[d] <= 0) {
+		if v > 0 && isDevice(d) && (t == nil || t.Request.Scalars[d] <= 0) {
 			return 0
 		}
 	}
 	return MaxScore
+}
+
+// isDevice reports whether a resource name is an extended resource, as
+// Kubernetes defines one: a name with a domain, outside kubernetes.io
+// (and not a quota's "requests." form).
+func isDevice(name string) bool {
+	domain, _, ok := strings.Cut(name, "/")
+	return ok && domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io") && !strings.HasPrefix(name, "requests.")
 }
 
 // dominantShareAfter returns, in 0..MaxScore, the largest fraction of a

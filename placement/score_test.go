@@ -57,6 +57,10 @@ func TestSpareDevicesScore(t *testing.T) {
 		{"gpu task, gpu node", gpuTask, view(mkNode("n", 16, 64, 110, withGPU(8))), MaxScore},
 		{"cpu task, node with zero gpus", mkTask("a", 1000, 1), view(mkNode("n", 16, 64, 110, withGPU(0))), MaxScore},
 		{"nil task, gpu node", nil, view(mkNode("n", 16, 64, 110, withGPU(8))), 0},
+		{"cpu task, node with ephemeral-storage and hugepages", mkTask("a", 1000, 1),
+			view(mkNode("n", 16, 64, 110, withScalar("ephemeral-storage", 100*gi), withScalar("hugepages-2Mi", 2*gi))), MaxScore},
+		{"cpu task, node with a vendor device", mkTask("a", 1000, 1), view(mkNode("n", 16, 64, 110, withScalar("example.com/fpga", 2))), 0},
+		{"cpu task, node with a kubernetes.io resource", mkTask("a", 1000, 1), view(mkNode("n", 16, 64, 110, withScalar("kubernetes.io/batch-cpu", 2))), MaxScore},
 		{"nil node", mkTask("a", 1, 1), nil, MaxScore},
 	}
 	for _, tc := range cases {
@@ -72,10 +76,12 @@ func TestSpareDevicesScore(t *testing.T) {
 func TestDefaultConfigSparesGPUNodes(t *testing.T) {
 	for _, strategy := range []string{StrategyBinPack, StrategySpread} {
 		cfg := mustConfig(t, strategy)
+		// Every node has ephemeral-storage, as real ones do: not a device.
+		eph := withScalar("ephemeral-storage", 100*gi)
 		nodes := []*api.NodeBooks{
-			mkNode("gpu-busy", 32, 128, 110, withGPU(8), withUsed(28000, 16, 10)),
-			mkNode("cpu-empty", 32, 128, 110),
-			mkNode("cpu-full", 32, 128, 110, withUsed(32000, 128, 30)),
+			mkNode("gpu-busy", 32, 128, 110, withGPU(8), withUsed(28000, 16, 10), eph),
+			mkNode("cpu-empty", 32, 128, 110, eph),
+			mkNode("cpu-full", 32, 128, 110, withUsed(32000, 128, 30), eph),
 		}
 		for seed := uint64(0); seed < 20; seed++ {
 			if got := PlaceGang(cfg, []*api.Task{mkTask("a", 2000, 2)}, nodes, 1, rngFor(seed)).Assignments["a"]; got != "cpu-empty" {
@@ -86,6 +92,17 @@ func TestDefaultConfigSparesGPUNodes(t *testing.T) {
 		gt.Request = gt.Request.With(gpu, 1)
 		if got := PlaceGang(cfg, []*api.Task{gt}, nodes, 1, rngFor(1)).Assignments["g"]; got != "gpu-busy" {
 			t.Errorf("%s: gpu task placed on %q", strategy, got)
+		}
+		// A GPU node the task would fill (bin-pack score 100) against a
+		// huge empty CPU node (score 0): the CPU node still wins.
+		tie := []*api.NodeBooks{
+			mkNode("gpu-tight", 32, 128, 110, withGPU(8), withUsed(30000, 16, 10)),
+			mkNode("cpu-huge", 4096, 16384, 110),
+		}
+		for seed := uint64(0); seed < 20; seed++ {
+			if got := PlaceGang(cfg, []*api.Task{mkTask("c", 2000, 2)}, tie, 1, rngFor(seed)).Assignments["c"]; got != "cpu-huge" {
+				t.Fatalf("%s seed %d: cpu task placed on %q, want cpu-huge", strategy, seed, got)
+			}
 		}
 		// The CPU nodes full: the GPU node takes the CPU task after all.
 		full := []*api.NodeBooks{nodes[0], nodes[2]}
