@@ -50,10 +50,11 @@ type Config struct {
 	// MaxGroupOps bounds the calls in one group and the etcd operations in
 	// one Txn, 1..4096. etcd refuses a Txn of more than its --max-txn-ops
 	// (128 by default): above that, raise it (and --max-request-bytes for
-	// groups of a few thousand) on the etcd the coordinator writes to, as
-	// the chart does. A leader whose Txn etcd refuses as too large halves
-	// it until etcd takes it, and says so in its log, so a value too high
-	// costs throughput, never a reservation.
+	// groups of a few thousand) on the etcd the coordinator writes to; the
+	// deploy files keep the defaults. A leader whose Txn etcd refuses as
+	// too large halves its groups and Txns until etcd takes them, for the
+	// rest of its term, and says so in its log: a value too high costs
+	// throughput, not reservations.
 	MaxGroupOps int
 	// GroupDelay is how long the leader waits for more requests before it
 	// commits a group that is not full. 0 commits as soon as no request is

@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -93,7 +95,10 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session, el *concur
 // fill drains waiting calls into the batch up to the group size, waiting up
 // to GroupDelay for more when configured.
 func (t *term) fill(ctx context.Context, calls chan *call, batch []*call) []*call {
-	limit := t.s.cfg.MaxGroupOps
+	// A group is one Txn: after etcd refused a Txn as too large, groups
+	// shrink with the Txns, so that a group still commits whole or not at
+	// all.
+	limit := max(t.txnOps, 1)
 	var timer <-chan time.Time
 	if t.s.cfg.GroupDelay > 0 {
 		timer = time.After(t.s.cfg.GroupDelay)
@@ -465,11 +470,14 @@ func (t *term) txn(ctx context.Context, ops []clientv3.Op) (int64, error) {
 	return rev, nil
 }
 
-// tooLarge reports whether etcd refused a Txn for its number of operations
-// or its size.
+// tooLarge reports whether etcd, or the gRPC client before it, refused a
+// Txn for its number of operations or its size (a message over the
+// client's send limit fails as ResourceExhausted, which etcd's "too many
+// requests" shares: halving is harmless then).
 func tooLarge(err error) bool {
 	return errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrGRPCTooManyOps) ||
-		errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge)
+		errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) ||
+		status.Code(err) == codes.ResourceExhausted
 }
 
 // dedupeOps keeps only the last operation on each key (etcd refuses a Txn
