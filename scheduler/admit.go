@@ -81,7 +81,9 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 				// (same or lower priority, younger) wait too, so a big
 				// gang is not starved by smaller ones taking the quota
 				// it waits for (strict FIFO within a queue).
-				s.noteBehind(q, j, js[i+1:])
+				if rec.quotaShort {
+					s.noteBehind(q, j, js[i+1:])
+				}
 				break
 			}
 			terms := s.terms(j)
@@ -143,6 +145,13 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) (next, short bool) 
 	span.SetAttributes(attribute.Bool("admitted", err == nil))
 	span.End()
 	var qe *wire.QuotaError
+	if !errors.As(err, &qe) || qe.Asked > qe.Capability {
+		s.mu.Lock()
+		if r := s.jobs[j.UID]; r != nil {
+			r.quotaShort = false
+		}
+		s.mu.Unlock()
+	}
 	switch {
 	case err == nil && res.Reservation.State == wire.Nominated:
 		// Quota is being taken back for it: held, not yet its own. It
@@ -186,6 +195,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) (next, short bool) 
 		s.stats.quotaWaits.Add(1)
 		s.mu.Lock()
 		s.queueShort[j.Queue] = s.cfg.Now()
+		s.rec(j.UID).quotaShort = true
 		s.mu.Unlock()
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("waiting for quota: %v", qe)
@@ -275,10 +285,13 @@ func (s *Scheduler) neverFitsStatus(j *api.Job, queue, dim string, asked, capv i
 	s.waiting(j, "QueueCapabilityTooSmall", msg)
 }
 
-// noteBehind says on the jobs behind head in queue q, pending and not yet
-// admitted, that they wait for it: head waits for quota and the queue admits its
-// jobs in order. At most once every 5 s per job, as every job event; the
-// status batcher drops a condition that did not change.
+// noteBehind says on the jobs behind head in queue q, pending, not yet
+// admitted and without a reason of their own, that they wait for it: head
+// waits for quota and the queue admits its jobs in order. At most once
+// every 5 s per job, as every job event; the status batcher drops a
+// condition that did not change. Called from the loop and from admit's
+// workers (state under s.mu; Status and Recorder are safe for concurrent
+// use).
 func (s *Scheduler) noteBehind(q string, head *api.Job, behind []*api.Job) {
 	var msg string
 	now := s.cfg.Now()
@@ -289,7 +302,10 @@ func (s *Scheduler) noteBehind(q string, head *api.Job, behind []*api.Job) {
 		s.mu.Lock()
 		rec := s.peek(b.UID)
 		s.mu.Unlock()
-		if rec.admission != nil || now.Before(rec.lateUntil) || !s.rateLimited(b.UID) {
+		if rec.admission != nil || now.Before(rec.lateUntil) || rec.admitWait != (quotaBackoff{}) || !rec.nominatedAt.IsZero() {
+			continue // admitted, or with a reason of its own (refused, never fits, nominated)
+		}
+		if !s.rateLimited(b.UID) {
 			continue
 		}
 		if msg == "" {

@@ -244,3 +244,31 @@ func TestHoldShareValidated(t *testing.T) {
 		}
 	}
 }
+
+// Only the jobs behind that wait for no reason of their own are told they
+// wait behind the head: not one refused or backing off itself, nor one
+// nominated (its quota is being freed for it), nor one already running.
+func TestNoteBehindLeavesOwnReasons(t *testing.T) {
+	r := newRig(t, "shard-o")
+	st := &recStatus{groups: map[string]api.JobStatus{}}
+	s := r.newScheduler(t, 1, st)
+	job := func(uid string, phase api.JobPhase) *api.Job {
+		return &api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: 1, Phase: phase}
+	}
+	head, plain, refused, nominated, running, fresh := job("head", api.JobPending), job("plain", api.JobPending),
+		job("refused", api.JobPending), job("nominated", api.JobPending), job("running", api.JobRunning), job("fresh", "")
+	s.mu.Lock()
+	s.rec("refused").admitWait = quotaBackoff{until: r.clock().Add(time.Second), delay: time.Second}
+	s.rec("nominated").nominatedAt = r.clock()
+	s.mu.Unlock()
+	s.noteBehind("q", head, []*api.Job{plain, refused, nominated, running, fresh})
+	for uid, want := range map[string]string{"plain": "Pending/WaitingInQueue", "fresh": "Pending/WaitingInQueue",
+		"refused": "-", "nominated": "-", "running": "-", "head": "-"} {
+		if got := st.phase(uid); got != want {
+			t.Errorf("%s: %s, want %s", uid, got, want)
+		}
+	}
+	if c := st.groups["plain"].Conditions; len(c) != 1 || !strings.Contains(c[0].Message, "behind job ns/head") || !strings.Contains(c[0].Message, `queue "q"`) {
+		t.Errorf("condition %+v does not name the job ahead and the queue", c)
+	}
+}
