@@ -3,7 +3,9 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -270,5 +272,32 @@ func TestNoteBehindLeavesOwnReasons(t *testing.T) {
 	}
 	if c := st.groups["plain"].Conditions; len(c) != 1 || !strings.Contains(c[0].Message, "behind job ns/head") || !strings.Contains(c[0].Message, `queue "q"`) {
 		t.Errorf("condition %+v does not name the job ahead and the queue", c)
+	}
+}
+
+// Holds go oldest first: a gang too large for what is left of the budget
+// is not passed by a younger, smaller one that would fit in it.
+func TestHoldsOldestFirst(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.s.cfg.HoldShare = 0.4 // 4 of 10 nodes
+	for i := 0; i < 10; i++ {
+		n := fmt.Sprintf("n%d", i)
+		r.node(n, 8)
+		r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: "old-" + n, UID: "old-" + n, Job: "old",
+			NodeName: n, Phase: api.TaskRunning, Request: api.NewResource(5000, gi, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+	}
+	for g, size := range []int{2, 3, 2} { // gang0 holds 2 nodes; gang1 needs 3 more (5 > 4); gang2 would fit
+		uid := fmt.Sprintf("gang%d", g)
+		r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: int32(size), Phase: api.JobPending, Created: r.clock().Add(time.Duration(g) * time.Millisecond)})
+		for i := 0; i < size; i++ {
+			r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", uid, i), UID: fmt.Sprintf("%s-%d", uid, i), Job: uid,
+				Request: api.NewResource(6000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano", Created: r.clock()})
+		}
+	}
+	r.cycles(t, 2)
+	r.advance(11 * time.Second)
+	r.cycles(t, 3)
+	if _, ok := r.s.held.byJob["gang0"]; !ok || len(r.s.held.byJob) != 1 {
+		t.Fatalf("holds %v, want gang0's only: gang2 must not pass gang1", slices.Sorted(maps.Keys(r.s.held.byJob)))
 	}
 }

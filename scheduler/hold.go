@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 // them or anywhere). Several gangs may hold nodes at once, oldest first,
 // while the nodes held stay within HoldShare of the shard's nodes (the
 // first hold is always allowed, so a small shard still serves its oldest
-// gang); a node is held for one gang at a time. A hold ends when its gang
+// gang); a node is held for one gang at a time. Holds made by node
+// preemption (nodepreempt.go) are outside the budget: their nodes were
+// emptied for a gang of higher priority, which takes them at once. A hold ends when its gang
 // is placed, gone or no longer this shard's, or after MaxHold (then the
 // same gang is not held again for MaxHold, so another may take a turn).
 //
@@ -38,10 +41,13 @@ type hold struct {
 }
 
 // holds are the holds in force (loop only): by job UID, and the job each
-// held node is held for.
+// held node is held for. full: in this cycle an older gang found the
+// budget spent, so no younger one may take what is left (set by
+// maybeHold, cleared at the start of each placement pass).
 type holds struct {
 	byJob  map[string]*hold
 	byNode map[string]string
+	full   bool
 }
 
 func newHolds() holds { return holds{byJob: map[string]*hold{}, byNode: map[string]string{}} }
@@ -112,7 +118,7 @@ func (s *Scheduler) usable(nodes []*api.NodeBooks, job string) []*api.NodeBooks 
 
 // holdBudget is how many of nodes may be held at once.
 func (s *Scheduler) holdBudget(nodes []*api.NodeBooks) int {
-	return int(s.cfg.HoldShare * float64(len(nodes)))
+	return int(math.Round(s.cfg.HoldShare * float64(len(nodes))))
 }
 
 // maybeHold starts a hold for j, a gang of need tasks (the first need of
@@ -121,18 +127,24 @@ func (s *Scheduler) holdBudget(nodes []*api.NodeBooks) int {
 // nodes not held for others were they empty, within the budget. The nodes
 // held are those the gang's plan uses on emptied copies of the nodes, the
 // ones with the most free CPU now first (they drain soonest), so every
-// filter (selectors, taints, GPUs) counts.
-func (s *Scheduler) maybeHold(j *api.Job, gang []*api.Task, need int, nodes []*api.NodeBooks) {
+// filter (selectors, taints, GPUs) counts. It reports whether it held.
+// Gangs come oldest first (placeAdmitted's order): once one finds the
+// budget spent, the younger ones of the cycle get no hold either.
+func (s *Scheduler) maybeHold(j *api.Job, gang []*api.Task, need int, nodes []*api.NodeBooks) bool {
 	now := s.cfg.Now()
 	if s.held.byJob[j.UID] != nil || need < 2 || j.Created.IsZero() || now.Sub(j.Created) < s.cfg.StarveAfter {
-		return
+		return false
 	}
 	if at, ok := s.heldBefore[j.UID]; ok && now.Sub(at) < s.cfg.MaxHold {
-		return // its last hold ran out: give other gangs a turn
+		return false // its last hold ran out: give other gangs a turn
+	}
+	if s.held.full {
+		return false // an older gang waits for the budget: it goes first
 	}
 	budget := s.holdBudget(nodes)
 	if len(s.held.byJob) > 0 && len(s.held.byNode) >= budget {
-		return
+		s.held.full = true
+		return false
 	}
 	type cand struct {
 		b    *api.NodeBooks
@@ -155,20 +167,22 @@ func (s *Scheduler) maybeHold(j *api.Job, gang []*api.Task, need int, nodes []*a
 	pc.Sample = 0
 	plan := placement.PlaceGang(pc, gang[:min(need, len(gang))], empty, need, nil)
 	if !plan.OK {
-		return // the gang would not fit this shard even on empty nodes
+		return false // the gang would not fit this shard even on empty nodes
 	}
 	picked := map[string]bool{}
 	for _, node := range plan.Assignments {
 		picked[node] = true
 	}
 	if len(s.held.byJob) > 0 && len(s.held.byNode)+len(picked) > budget {
-		return // over the budget: it waits for an older gang's hold to end
+		s.held.full = true // it waits for a hold to end; younger gangs wait behind it
+		return false
 	}
 	s.held.set(j.UID, picked, now)
 	s.heldBefore[j.UID] = now
 	s.stats.holds.Add(1)
 	s.log.Info("holding nodes for a starving gang", "job", j.Key(), "gang", need, "nodes", len(picked),
 		"holds", len(s.held.byJob), "nodes held", len(s.held.byNode), "waited", now.Sub(j.Created).Round(time.Millisecond))
+	return true
 }
 
 // endHold ends each hold whose gang was placed, is gone, is no longer this

@@ -41,6 +41,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	jobs = slices.Clone(jobs)
 	s.byPriority(jobs)
 	placedJobs, mine := map[string]bool{}, map[string]bool{}
+	s.held.full = false
 	defer func() { s.endHold(placedJobs, mine, live) }()
 	// First the roles, and the reservations of the jobs placed here resized
 	// to what their tasks ask (in parallel; the client batches them), so
@@ -143,10 +144,11 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 				continue
 			}
 			if role == asOwner && s.preemptForRoom(ctx, j, ready, need, cand) {
+				unheld = nil // a new hold: the nodes others may use changed
 				continue
 			}
-			if role == asOwner {
-				s.maybeHold(j, ready, need, nodes)
+			if role == asOwner && s.maybeHold(j, ready, need, nodes) {
+				unheld = nil
 			}
 			if role == asClaimer {
 				s.claimStuck(ctx, j)
