@@ -177,7 +177,7 @@ func (d *driver) offeredNote() string {
 	if f := d.w.Queues.ParentCapabilityFraction; f > 0 {
 		capped = fmt.Sprintf(" (each capped at %.0f %% of the cluster)", 100*f)
 	}
-	return fmt.Sprintf("offered load: the jobs submitted asked for %.1f %% of the cluster's %.0f cores over the run (pods × CPU × lifetime); by parent queue: %s%s",
+	return fmt.Sprintf("offered load: the jobs submitted asked for %.1f %% of the cluster's %.0f cores over the run (pods × CPU × lifetime, counted whole though some end after the run: slightly over); by parent queue: %s%s",
 		100*total/denom, cores, strings.Join(parts, ", "), capped)
 }
 
