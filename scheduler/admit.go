@@ -81,7 +81,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 				// (same or lower priority, younger) wait too, so a big
 				// gang is not starved by smaller ones taking the quota
 				// it waits for (strict FIFO within a queue).
-				if rec.quotaShort {
+				if s.shortLately(q, now) {
 					s.noteBehind(q, j, js[i+1:])
 				}
 				break
@@ -103,9 +103,8 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	// across cycles. A queue stops at its first job that is not admitted.
 	parallel(work, s.cfg.AdmitParallelism, func(reqs []admitReq) {
 		for i, r := range reqs {
-			next, short := s.reserve(ctx, r)
-			if !next && !r.traverse {
-				if short {
+			if !s.reserve(ctx, r) && !r.traverse {
+				if s.shortLately(r.job.Queue, s.cfg.Now()) {
 					behind := make([]*api.Job, 0, len(reqs)-i-1)
 					for _, b := range reqs[i+1:] {
 						behind = append(behind, b.job)
@@ -130,10 +129,9 @@ type admitReq struct {
 
 // reserve asks the coordinator for one job's reservation and records the
 // answer; it reports whether the jobs behind it in its queue may be asked
-// for now (it was admitted, or it can never fit), and whether it was
-// refused for quota. Called concurrently by
+// for now (it was admitted, or it can never fit). Called concurrently by
 // admit's workers.
-func (s *Scheduler) reserve(ctx context.Context, r admitReq) (next, short bool) {
+func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 	j := r.job
 	actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
 		attribute.String("job", j.Key()), attribute.String("queue", j.Queue)))
@@ -145,13 +143,6 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) (next, short bool) 
 	span.SetAttributes(attribute.Bool("admitted", err == nil))
 	span.End()
 	var qe *wire.QuotaError
-	if !errors.As(err, &qe) || qe.Asked > qe.Capability {
-		s.mu.Lock()
-		if r := s.jobs[j.UID]; r != nil {
-			r.quotaShort = false
-		}
-		s.mu.Unlock()
-	}
 	switch {
 	case err == nil && res.Reservation.State == wire.Nominated:
 		// Quota is being taken back for it: held, not yet its own. It
@@ -161,7 +152,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) (next, short bool) 
 		rec.admitWait = quotaBackoff{until: s.cfg.Now().Add(nominatedRetry), delay: nominatedRetry}
 		s.mu.Unlock()
 		s.nominated(j, res)
-		return true, false // what it waits for is held for it: the jobs behind it may ask
+		return true // what it waits for is held for it: the jobs behind it may ask
 	case err == nil:
 		s.stats.admitted.Add(1)
 		if !j.Created.IsZero() {
@@ -190,12 +181,11 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) (next, short bool) 
 		// it must not hold up the jobs behind it.
 		s.backOffAdmission(j.UID)
 		s.neverFitsStatus(j, qe.Queue, qe.Resource, qe.Asked, qe.Capability)
-		return true, false
+		return true
 	case errors.As(err, &qe):
 		s.stats.quotaWaits.Add(1)
 		s.mu.Lock()
 		s.queueShort[j.Queue] = s.cfg.Now()
-		s.rec(j.UID).quotaShort = true
 		s.mu.Unlock()
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("waiting for quota: %v", qe)
@@ -203,7 +193,6 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) (next, short bool) 
 			msg = fmt.Sprintf("moving from queue %q: its reservation moves when it fits; until then what runs keeps running and nothing more is placed; %v", from, qe)
 		}
 		s.waiting(j, "QueueQuotaExceeded", msg)
-		short = true
 	case errors.Is(err, wire.ErrInvalid):
 		s.backOffAdmission(j.UID)
 		msg := fmt.Sprintf("cannot be admitted: %v", err)
@@ -214,7 +203,7 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) (next, short bool) 
 		s.backOffAdmission(j.UID)
 		s.log.Warn("reserve failed", "job", j.Key(), "err", err)
 	}
-	return err == nil, short
+	return err == nil
 }
 
 // closedLevel is the first level of path (leaf first) that is Closed or
@@ -287,7 +276,10 @@ func (s *Scheduler) neverFitsStatus(j *api.Job, queue, dim string, asked, capv i
 
 // noteBehind says on the jobs behind head in queue q, pending, not yet
 // admitted and without a reason of their own, that they wait for it: head
-// waits for quota and the queue admits its jobs in order. At most once
+// waits for quota and the queue admits its jobs in order. Its callers ask
+// only while q was found short of quota in the last 2 s (shortLately), so
+// a head refused for another reason (a bad queue, the coordinator away)
+// rarely gets it said of it. At most once
 // every 5 s per job, as every job event; the status batcher drops a
 // condition that did not change. Called from the loop and from admit's
 // workers (state under s.mu; Status and Recorder are safe for concurrent
@@ -311,10 +303,16 @@ func (s *Scheduler) noteBehind(q string, head *api.Job, behind []*api.Job) {
 		if msg == "" {
 			msg = fmt.Sprintf("waiting in queue %q behind job %s, which waits for quota: the queue admits its jobs in order (dequeueStrategy fifo)", q, head.Key())
 		}
-		s.setPodGroup(b.Namespace, b.Name, b.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
-			Type: "Unschedulable", Status: "True", Reason: "WaitingInQueue", Message: msg}}})
+		s.pendingStatus(b, "WaitingInQueue", msg)
 		s.deps.Recorder.Unschedulable(b, msg)
 	}
+}
+
+// pendingStatus writes phase Pending with an Unschedulable condition of
+// reason and msg on j's PodGroup.
+func (s *Scheduler) pendingStatus(j *api.Job, reason, msg string) {
+	s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
+		Type: "Unschedulable", Status: "True", Reason: reason, Message: msg}}})
 }
 
 // backOffAdmission makes a job that was not admitted (no quota, a bad
@@ -330,8 +328,7 @@ func (s *Scheduler) backOffAdmission(uid string) {
 // an Unschedulable condition with reason and msg, and an event (at most
 // one every 5 s per job).
 func (s *Scheduler) waiting(j *api.Job, reason, msg string) {
-	s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobPending, Conditions: []api.JobCondition{{
-		Type: "Unschedulable", Status: "True", Reason: reason, Message: msg}}})
+	s.pendingStatus(j, reason, msg)
 	if s.rateLimited(j.UID) {
 		s.deps.Recorder.Unschedulable(j, msg)
 	}

@@ -33,9 +33,9 @@ import (
 // longest there wait for quota, not room, and 45 % of the free CPU sits on
 // empty nodes.
 
-// hold is the nodes set aside for one starving gang (loop only).
+// hold is the nodes set aside for one starving gang (loop only), kept in
+// holds.byJob under the gang's UID.
 type hold struct {
-	job   string
 	nodes map[string]bool
 	since time.Time
 }
@@ -56,7 +56,7 @@ func newHolds() holds { return holds{byJob: map[string]*hold{}, byNode: map[stri
 func (h *holds) set(job string, nodes map[string]bool, since time.Time) {
 	cur := h.byJob[job]
 	if cur == nil {
-		cur = &hold{job: job, nodes: map[string]bool{}, since: since}
+		cur = &hold{nodes: map[string]bool{}, since: since}
 		h.byJob[job] = cur
 	}
 	for n := range nodes {
@@ -92,7 +92,7 @@ func (s *Scheduler) holdFilter(j *api.Job, nodes []*api.NodeBooks, cache *[]*api
 		return s.usable(nodes, j.UID)
 	}
 	if *cache == nil {
-		*cache = s.usable(nodes, "")
+		*cache = s.unheld(nodes)
 	}
 	return *cache
 }

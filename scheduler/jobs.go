@@ -32,9 +32,6 @@ type jobRec struct {
 	// admitWait and resizeWait are the backoffs after a refused
 	// reservation and a refused grow.
 	admitWait, resizeWait quotaBackoff
-	// quotaShort: the last answer to its reservation was a queue short of
-	// quota (not a bad queue, not an unreachable coordinator).
-	quotaShort bool
 	// lateUntil: the job gave its reservation back because its pods did
 	// not come (InqueueTimeout); it is not admitted again before this, and
 	// it holds up nobody behind it meanwhile.
@@ -74,7 +71,7 @@ func (r *jobRec) setCover(amount *api.Resource) {
 func (r *jobRec) empty() bool {
 	return r.admission == nil && !r.confirmed && r.cover == nil && r.admitWait == (quotaBackoff{}) &&
 		r.resizeWait == (quotaBackoff{}) && r.binding == 0 && !r.statusSent && r.lateUntil.IsZero() && r.phaseSent == (phaseKey{}) &&
-		r.nominatedAt.IsZero() && !r.quotaShort
+		r.nominatedAt.IsZero()
 }
 
 // rec returns uid's record, creating it. Called with s.mu held.

@@ -207,7 +207,7 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 		if liveJobs[uid] {
 			continue
 		}
-		r.admitWait, r.resizeWait, r.lateUntil, r.phaseSent, r.nominatedAt, r.quotaShort = quotaBackoff{}, quotaBackoff{}, time.Time{}, phaseKey{}, time.Time{}, false
+		r.admitWait, r.resizeWait, r.lateUntil, r.phaseSent, r.nominatedAt = quotaBackoff{}, quotaBackoff{}, time.Time{}, phaseKey{}, time.Time{}
 		if r.admission == nil {
 			r.confirmed = false // nothing to release: releaseGone keeps admitted ones
 			r.setCover(nil)

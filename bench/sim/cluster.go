@@ -314,6 +314,16 @@ func (c *Cluster) TimeCaches() {
 	}
 }
 
+// topQueue is the level of q's path just below the root (a parent of the
+// generated tree; q itself when it hangs from the root), from the paths
+// built at construction (read-only since).
+func (c *Cluster) topQueue(q string) string {
+	if p := c.paths[q]; len(p) >= 2 {
+		return p[len(p)-2]
+	}
+	return q
+}
+
 // CacheTime is the wall time ca has spent taking the cluster's updates
 // since TimeCaches.
 func (c *Cluster) CacheTime(ca *cache.Cache) time.Duration {
@@ -466,11 +476,12 @@ func (c *Cluster) Bind(t *api.Task, node, shard string, fenced bool) error {
 	c.pendingPods--
 	c.bookQuotaLocked(p)
 	c.stats.Binds++
-	c.lat.add(now.Sub(p.t.Created))
+	wait := now.Sub(p.t.Created)
+	c.lat.add(wait)
 	if !p.job.toldQuota {
-		c.latFree.add(now.Sub(p.t.Created))
+		c.latFree.add(wait)
 	}
-	c.tailLocked(p.job, now.Sub(p.t.Created))
+	c.tailLocked(p.job, wait)
 	c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateTask(p.t) })
 	return nil
 }

@@ -133,7 +133,7 @@ func (d *driver) submit(t0 time.Time) {
 			if d.offered == nil {
 				d.offered = map[string]float64{}
 			}
-			d.offered[s.parentOf(js.Queue)] += float64(js.Size) * float64(js.CPU) / 1000 * js.Lifetime.Seconds()
+			d.offered[s.cl.topQueue(js.Queue)] += float64(js.Size) * float64(js.CPU) / 1000 * js.Lifetime.Seconds()
 		}
 	}
 	for len(d.events) > 0 && time.Duration(d.events[0].At*float64(d.end)) <= vt {
@@ -141,16 +141,6 @@ func (d *driver) submit(t0 time.Time) {
 		d.events = d.events[1:]
 		s.nodeEvent(e)
 	}
-}
-
-// parentOf returns a leaf queue's parent (the leaf itself when unknown).
-func (s *sim) parentOf(leaf string) string {
-	for _, l := range s.leaves {
-		if l.Name == leaf {
-			return l.Parent
-		}
-	}
-	return leaf
 }
 
 // offeredNote says how much of the cluster the jobs submitted asked for,

@@ -1,0 +1,93 @@
+// Config: what a shard's scheduler is tuned by, its defaults and checks.
+
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardsched/shardsched/placement"
+	"github.com/shardsched/shardsched/wire"
+)
+
+// Config tunes the scheduler. Use DefaultConfig.
+type Config struct {
+	SchedulerName string
+	Partitions    int
+	Strategy      string // "binpack" or "spread"
+	CycleInterval time.Duration
+	BindWorkers   int
+	BindBackoff   time.Duration
+	CallTimeout   time.Duration
+	Seed          uint64
+	Logger        *slog.Logger
+	// Tracer provides the cycle, admission, placement and bind spans; nil
+	// means no tracing.
+	Tracer trace.TracerProvider
+	// Now is the clock for backoffs, event rate limits and latencies; nil
+	// means time.Now. The simulated bench runs the scheduler on a virtual
+	// clock through it.
+	Now func() time.Time
+	// AdmitParallelism bounds the coordinator calls in flight at once:
+	// reservations of different queues (a queue's own jobs are reserved
+	// one after another, in priority order), confirms and releases. 0
+	// means 32.
+	AdmitParallelism int
+	// Hand-off of jobs that do not fit on this shard (see handoff.go);
+	// zero values mean the defaults. OfferTimeout: an offer nobody claimed
+	// is withdrawn after it (5 s). ClaimGiveUp: a claimed job that does not
+	// fit for this long is given back (3 s). RefusedFor: a shard that
+	// refused a job is not offered it again for this long (10 s).
+	// CapacityInterval: the capacity summary is gossiped at most this often
+	// (500 ms).
+	OfferTimeout, ClaimGiveUp, RefusedFor, CapacityInterval time.Duration
+	// Starvation guard (see hold.go): a gang that does not fit after
+	// waiting StarveAfter (default 10 s) gets nodes held for it, for at
+	// most MaxHold (default 5 min). HoldShare is the most of the shard's
+	// nodes held at once for such gangs, 0..1 (0 means 0.1); the first
+	// hold is allowed whatever its size.
+	StarveAfter, MaxHold time.Duration
+	HoldShare            float64
+	// InqueueTimeout: a job admitted before its pods exist (sized by its
+	// minResources) whose gang's pods have not all come after this long
+	// gets its reservation back and returns to Pending with a condition
+	// saying why; it is admitted again after a quarter of it. 0 means 3
+	// minutes.
+	InqueueTimeout time.Duration
+}
+
+// DefaultConfig returns bin-packing, 20 ms cycles and 32 bind workers.
+func DefaultConfig() Config {
+	return Config{
+		SchedulerName: "volcano",
+		Partitions:    wire.DefaultPartitions,
+		Strategy:      "binpack",
+		CycleInterval: 20 * time.Millisecond,
+		BindWorkers:   32,
+		BindBackoff:   time.Second,
+		CallTimeout:   10 * time.Second,
+	}
+}
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.SchedulerName == "":
+		return errors.New("scheduler name is empty")
+	case c.Partitions < 1:
+		return fmt.Errorf("partitions %d: must be positive", c.Partitions)
+	case c.CycleInterval <= 0 || c.BindBackoff <= 0 || c.CallTimeout <= 0:
+		return errors.New("cycle interval, bind backoff and call timeout must be positive")
+	case c.BindWorkers < 1 || c.BindWorkers > 1024:
+		return fmt.Errorf("bind workers %d: must be between 1 and 1024", c.BindWorkers)
+	case c.HoldShare < 0 || c.HoldShare > 1 || math.IsNaN(c.HoldShare):
+		return fmt.Errorf("hold share %v: must be between 0 and 1", c.HoldShare)
+	}
+	_, err := placement.DefaultConfig(c.Strategy)
+	return err
+}
