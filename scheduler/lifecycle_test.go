@@ -286,6 +286,14 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		w.jobs[name] = &wJob{job: j}
 		w.r.c.AddOrUpdateJob(j)
 		w.addTasks(name, int(argInt(t, d, "tasks", 1)), argInt(t, d, "cpu", 1), argStr(d, "spec", ""), int32(argInt(t, d, "prio", 0)))
+		// protectpods=N: the job's last N pods say volcano.sh/preemptable
+		// "false" (the pod, not the PodGroup).
+		if n := int(argInt(t, d, "protectpods", 0)); n > 0 {
+			for _, uid := range w.jobs[name].tasks[max(len(w.jobs[name].tasks)-n, 0):] {
+				w.tasks[uid].Protected = true
+				w.r.c.AddOrUpdateTask(*w.tasks[uid])
+			}
+		}
 		return w.check()
 	case "edit":
 		// The PodGroup's spec changes in place (a new version).

@@ -65,7 +65,10 @@ func (s *Scheduler) preemptForRoom(ctx context.Context, j *api.Job, gang []*api.
 		}
 	}
 	// Victims on these nodes: bound tasks of running jobs of lower
-	// priority, neither the job nor the pod protected, not leaving.
+	// priority, not leaving. A job is not a victim when it or any of its
+	// live pods is protected: a victim left below its gang loses every
+	// pod (below), so one protected pod protects its job, as in reclaim
+	// (terms).
 	byNode := map[string][]nodeVictim{}
 	for _, v := range s.snap.Jobs() {
 		if v.UID == j.UID || v.Protected {
@@ -75,8 +78,12 @@ func (s *Scheduler) preemptForRoom(ctx context.Context, j *api.Job, gang []*api.
 		if vp >= prio {
 			continue
 		}
-		for _, t := range s.deps.Cache.JobTasks(v.Namespace, v.Name) {
-			if t.NodeName == "" || t.Phase.Terminal() || t.Phase == api.TaskReleasing || t.Protected || mine[t.NodeName] == nil {
+		tasks := s.deps.Cache.JobTasks(v.Namespace, v.Name)
+		if slices.ContainsFunc(tasks, func(t api.Task) bool { return t.Protected && !t.Phase.Terminal() }) {
+			continue
+		}
+		for _, t := range tasks {
+			if t.NodeName == "" || t.Phase.Terminal() || t.Phase == api.TaskReleasing || mine[t.NodeName] == nil {
 				continue
 			}
 			byNode[t.NodeName] = append(byNode[t.NodeName], nodeVictim{t: t, job: v, prio: vp})
