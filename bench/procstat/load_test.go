@@ -138,3 +138,16 @@ func TestParseVmHWM(t *testing.T) {
 		}
 	}
 }
+
+func TestParseResident(t *testing.T) {
+	got, err := parseResident("VmHWM:\t 9000 kB\nVmRSS:\t 3072 kB\nRssAnon:\t 2048 kB\nRssFile:\t 1024 kB\nRssShmem:\t 0 kB\n")
+	if want := (Resident{Total: 3, Anon: 2, File: 1}); err != nil || got != want {
+		t.Fatalf("parseResident = %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := parseResident("VmRSS:\t 3072 kB\nRssAnon:\t 2048 kB\n"); err == nil {
+		t.Error("no RssFile line: no error")
+	}
+	if r, err := ResidentMiB(); err != nil || r.Total <= 0 || r.Anon <= 0 {
+		t.Errorf("ResidentMiB of this test process = %+v, %v; want positive figures", r, err)
+	}
+}

@@ -6,7 +6,6 @@
 package procstat
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -51,20 +50,57 @@ func PeakRSSMiBOf(pid int) (float64, error) {
 // parseVmHWM reads the VmHWM line ("VmHWM:    123456 kB") of a
 // /proc/<pid>/status text, in MiB.
 func parseVmHWM(status string) (float64, error) {
+	return statusMiB(status, "VmHWM")
+}
+
+// statusMiB reads the line "<field>:    123456 kB" of a /proc/<pid>/status
+// text, in MiB.
+func statusMiB(status, field string) (float64, error) {
 	for _, line := range strings.Split(status, "\n") {
-		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		rest, ok := strings.CutPrefix(line, field+":")
 		if !ok {
 			continue
 		}
 		f := strings.Fields(rest)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("malformed VmHWM line %q", line)
+			return 0, fmt.Errorf("malformed %s line %q", field, line)
 		}
 		kb, err := strconv.ParseFloat(f[0], 64)
 		if err != nil {
-			return 0, fmt.Errorf("malformed VmHWM line %q: %w", line, err)
+			return 0, fmt.Errorf("malformed %s line %q: %w", field, line, err)
 		}
 		return kb / 1024, nil
 	}
-	return 0, errors.New("no VmHWM line (not a Linux /proc status, or a kernel thread)")
+	return 0, fmt.Errorf("no %s line (not a Linux /proc status, or a kernel thread)", field)
+}
+
+// Resident is a process's resident memory in MiB, split as the kernel
+// counts it: anonymous pages (the Go heap, stacks) and file pages mapped
+// in (such as an embedded etcd's database, which is memory-mapped).
+type Resident struct {
+	Total, Anon, File float64
+}
+
+// ResidentMiB reads this process's resident memory from /proc/self/status.
+func ResidentMiB() (Resident, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return Resident{}, err
+	}
+	return parseResident(string(b))
+}
+
+func parseResident(status string) (Resident, error) {
+	var r Resident
+	var err error
+	if r.Total, err = statusMiB(status, "VmRSS"); err != nil {
+		return Resident{}, err
+	}
+	if r.Anon, err = statusMiB(status, "RssAnon"); err != nil {
+		return Resident{}, err
+	}
+	if r.File, err = statusMiB(status, "RssFile"); err != nil {
+		return Resident{}, err
+	}
+	return r, nil
 }

@@ -123,7 +123,8 @@ func run(o options) error {
 		os.RemoveAll(dir)
 	}()
 
-	coord, err := cluster.StartEtcd(cluster.EtcdOptions{Dir: filepath.Join(dir, "coordinator-etcd")})
+	// Compacted every 10 minutes, as deploy/ runs it.
+	coord, err := cluster.StartEtcd(cluster.EtcdOptions{Dir: filepath.Join(dir, "coordinator-etcd"), CompactionRetention: 10 * time.Minute})
 	if err != nil {
 		return err
 	}

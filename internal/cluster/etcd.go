@@ -68,6 +68,12 @@ type EtcdOptions struct {
 	LogLevel string
 	// MaxTxnOps is etcd's --max-txn-ops (0: etcd's default, 128).
 	MaxTxnOps uint
+	// CompactionRetention is etcd's --auto-compaction-retention in
+	// periodic mode: history older than this is compacted away (0: never,
+	// etcd's default). deploy/ runs 10m; anything that runs for long
+	// (the local cluster, the simulator) needs it, or etcd's key index and
+	// database grow with every write.
+	CompactionRetention time.Duration
 }
 
 // StartEtcd starts an embedded single-member etcd on free loopback ports.
@@ -122,6 +128,10 @@ func startEtcdOnce(opts EtcdOptions) (*Etcd, error) {
 	cfg.UnsafeNoFsync = opts.NoFsync
 	if opts.MaxTxnOps > 0 {
 		cfg.MaxTxnOps = opts.MaxTxnOps
+	}
+	if opts.CompactionRetention > 0 {
+		cfg.AutoCompactionMode = "periodic"
+		cfg.AutoCompactionRetention = opts.CompactionRetention.String()
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

@@ -1,9 +1,15 @@
 package cluster
 
 import (
+	"context"
+	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -26,5 +32,61 @@ func TestQuietCloseDropsOnlyServingErrorsWhileClosing(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != serving || got[1] != "failed to save snapshot" {
 		t.Errorf("logged %q; want the serving error before closing and the other error during it", got)
+	}
+}
+
+// With CompactionRetention set, etcd compacts its history by itself: a read
+// at the first revision is refused as compacted once the retention has
+// passed. Without it (the other etcd here), the same read still succeeds.
+func TestEtcdCompactsItsHistory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := func(retention time.Duration) *clientv3.Client {
+		e, err := StartEtcd(EtcdOptions{NoFsync: true, LogLevel: "fatal", CompactionRetention: retention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	compacting, keeping := start(time.Second), start(0)
+	var first [2]int64
+	for i, cli := range []*clientv3.Client{compacting, keeping} {
+		for n := 0; n < 20; n++ {
+			resp, err := cli.Put(ctx, "k", strconv.Itoa(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				first[i] = resp.Header.Revision
+			}
+		}
+	}
+	// Writes go on while we wait: etcd's periodic compactor compacts only
+	// at revisions it recorded, one every tenth of the retention.
+	for {
+		if _, err := compacting.Put(ctx, "tick", "x"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := compacting.Get(ctx, "k", clientv3.WithRev(first[0]))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read at revision %d: %v", first[0], err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("history at revision %d never compacted with a retention of 1s", first[0])
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if _, err := keeping.Get(ctx, "k", clientv3.WithRev(first[1])); err != nil {
+		t.Errorf("etcd without a retention: read at revision %d: %v", first[1], err)
 	}
 }
