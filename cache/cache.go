@@ -63,6 +63,10 @@ type Cache struct {
 
 	notes []note // OnOutOfSync calls to make once the lock is released
 
+	// scalars interns the scalar maps of the stored tasks' requests
+	// (storedTask): most pods ask for the same one or two scalars.
+	scalars map[scalarKey]map[string]int64
+
 	// holdSync names the node Rebuild is working on: its out-of-sync state
 	// is decided once, at the end, not at every intermediate step.
 	holdSync string
@@ -148,6 +152,7 @@ func (c *Cache) init() {
 	c.jobs = map[string]*api.Job{}
 	c.jobNames = map[objKey]string{}
 	c.outOfSync = map[string]struct{}{}
+	c.scalars = map[scalarKey]map[string]int64{}
 }
 
 func (c *Cache) lock() {

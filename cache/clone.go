@@ -48,6 +48,61 @@ func cloneTask(t api.Task) api.Task {
 	return t
 }
 
+// scalarKey is the content of a scalars map of one or two entries, sorted
+// by name.
+type scalarKey struct {
+	k1, k2 string
+	v1, v2 int64
+}
+
+// maxInterned bounds the interned scalar maps, whatever the pods ask for.
+const maxInterned = 4096
+
+// storedTask is the copy of t the cache keeps. It is a deep copy, except
+// that its request's scalars map (a map of its own per task was a third of
+// the cache's memory: nearly every pod asks for "pods" 1, and perhaps a
+// device) is shared with every other stored task asking for the same
+// scalars. The stored copy is never mutated, and readers get copies.
+func (c *Cache) storedTask(t api.Task) api.Task {
+	req := t.Request
+	t.Request = api.Resource{}
+	t = cloneTask(t)
+	t.Request = api.Resource{MilliCPU: req.MilliCPU, Memory: req.Memory, Scalars: c.internScalars(req.Scalars)}
+	return t
+}
+
+// internScalars returns the interned copy of m (a copy of its own when m
+// has more than two entries or the table is full); nil for an empty m.
+func (c *Cache) internScalars(m map[string]int64) map[string]int64 {
+	if len(m) == 0 {
+		return nil
+	}
+	if len(m) > 2 {
+		return maps.Clone(m)
+	}
+	var k scalarKey
+	n := 0
+	for name, v := range m {
+		if n == 0 {
+			k.k1, k.v1 = name, v
+		} else {
+			k.k2, k.v2 = name, v
+		}
+		n++
+	}
+	if n == 2 && k.k2 < k.k1 {
+		k.k1, k.k2, k.v1, k.v2 = k.k2, k.k1, k.v2, k.v1
+	}
+	if s, ok := c.scalars[k]; ok {
+		return s
+	}
+	s := maps.Clone(m)
+	if len(c.scalars) < maxInterned {
+		c.scalars[k] = s
+	}
+	return s
+}
+
 func cloneJob(j api.Job) api.Job {
 	if j.MinResources != nil {
 		r := j.MinResources.Clone()

@@ -37,7 +37,7 @@ func (c *Cache) setTaskLocked(t api.Task) {
 		delete(c.taskNames, old)
 	}
 	c.taskNames[key] = t.UID
-	obj := cloneTask(t)
+	obj := c.storedTask(t)
 	if e.assumed != "" && (obj.Phase.Terminal() || obj.NodeName != "") {
 		// Confirmed (bound to the assumed node), moved (bound elsewhere) or
 		// finished: from now on the event is the truth.
