@@ -62,6 +62,12 @@ type Run struct {
 	// RSSGrowthPct is the growth of RSS from the end of warm-up to the end
 	// of the run, in percent.
 	RSSGrowthPct float64 `json:"rssGrowthPct"`
+	// AnonGrowthPct and FileGrowthPct split that growth, where the kernel
+	// reports it: anonymous pages (the Go heap, stacks) and file pages
+	// mapped in (an embedded etcd's database, for one), each in percent of
+	// its own size at the end of warm-up.
+	AnonGrowthPct float64 `json:"anonGrowthPct,omitempty"`
+	FileGrowthPct float64 `json:"fileGrowthPct,omitempty"`
 
 	// Invariants counts violations seen while the run went on; any
 	// non-zero count fails the run. Keys: "quota_overruns",

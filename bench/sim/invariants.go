@@ -85,7 +85,7 @@ func (d *driver) invariants(st Stats) {
 
 // notes adds the run's notes: the clocks, the cluster's counts, the RSS,
 // the quota overruns, the implicit PodGroups and the jobs still pending.
-func (d *driver) notes(st Stats, rssEnd float64) {
+func (d *driver) notes(st Stats, end memory) {
 	s, cfg, run := d.s, d.cfg, &d.run
 	if !cfg.Pace {
 		run.Notes = append(run.Notes, "the scheduler's timers (backoffs, offer timeouts) run on the virtual clock, which may run ahead of the wall clock here, while leases and gossip run on the wall clock")
@@ -93,7 +93,7 @@ func (d *driver) notes(st Stats, rssEnd float64) {
 	run.Notes = append(run.Notes,
 		fmt.Sprintf("%d pods submitted, %d bound, %d completed, %d evicted by drains; %d binds refused by the API (already bound or gone)", st.Submitted, st.Binds, st.Completed, st.Evicted, st.BindRefused),
 		fmt.Sprintf("status writes: %d queue, %d PodGroup; most shards writing one queue: %d, one PodGroup: %d", st.QueueWrites, st.PodGroupWrites, st.WritersPerQueue, st.WritersPerPodGroup),
-		fmt.Sprintf("RSS: %.0f MiB before the shards started, %.0f MiB at the end of warm-up, %.0f MiB at the end (after GC); whole process: cluster model, embedded etcd and %d shards", d.sampler.rss0, d.sampler.rssWarm, rssEnd, cfg.Shards))
+		fmt.Sprintf("RSS: %.0f MiB before the shards started; at the end of warm-up %v; at the end %v (each after a GC that returned the freed memory to the OS); whole process: cluster model, embedded etcd and %d shards", d.sampler.rss0, d.sampler.memWarm, end, cfg.Shards))
 	if n := s.reserves.note(); n != "" {
 		run.Notes = append(run.Notes, n)
 	}

@@ -3,7 +3,10 @@ package sim
 import (
 	"fmt"
 	"math"
+	"os"
 	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"time"
 
 	"github.com/shardsched/shardsched/bench/procstat"
@@ -24,7 +27,8 @@ type sampler struct {
 	fairErr     map[string]float64 // leaf → sum of its fair-share errors
 	fairN       int
 	rss0        float64 // MiB before the shards started
-	rssWarm     float64 // MiB at the end of the warm-up, after a GC
+	rssWarm     float64 // MiB at the end of the warm-up, settled (settledMemory)
+	memWarm     memory
 	peakRSS     float64
 	lastBinds   int64
 	lastSampleT time.Duration
@@ -95,8 +99,55 @@ func (d *driver) takeSample() {
 	sp.peakRSS = max(sp.peakRSS, r)
 	run.RSSSeries = append(run.RSSSeries, report.Point{T: vt.Seconds(), V: r})
 	if sp.rssWarm == 0 && vt >= sp.warmAt {
-		runtime.GC()
-		sp.rssWarm = procstat.RSSMiB()
+		sp.memWarm = settledMemory()
+		sp.rssWarm = sp.memWarm.Total
+		d.writeHeap("warm")
+	}
+}
+
+// memory is the process's resident memory and the Go heap in use, in MiB.
+type memory struct {
+	procstat.Resident
+	Heap float64
+}
+
+// settledMemory collects the garbage and returns the freed memory to the
+// OS before it reads the resident memory, so that two readings compare what
+// the process holds, not what the Go runtime had not yet given back.
+func settledMemory() memory {
+	debug.FreeOSMemory()
+	r, err := procstat.ResidentMiB()
+	if err != nil {
+		r = procstat.Resident{Total: procstat.RSSMiB()}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return memory{Resident: r, Heap: float64(ms.HeapInuse) / (1 << 20)}
+}
+
+// String gives the figures as the run's notes print them.
+func (m memory) String() string {
+	return fmt.Sprintf("%.0f MiB (%.0f anonymous, of which Go heap in use %.0f; %.0f file-backed)", m.Total, m.Anon, m.Heap, m.File)
+}
+
+// writeHeap writes the heap profile <HeapProfile>-<which>.pb.gz when the
+// run asks for one; a failure is reported on the progress stream and the
+// run goes on.
+func (d *driver) writeHeap(which string) {
+	prefix := d.s.cfg.HeapProfile
+	if prefix == "" {
+		return
+	}
+	name := prefix + "-" + which + ".pb.gz"
+	f, err := os.Create(name)
+	if err == nil {
+		err = pprof.Lookup("heap").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(d.s.cfg.Progress, "sim: heap profile %s: %v\n", name, err)
 	}
 }
 
@@ -118,7 +169,8 @@ func (sp *sampler) roomNote(bigPodCPU int64) string {
 
 // sampleFigures fills the run's mean utilization, fair-share errors and
 // RSS figures from the samples and the RSS at the end of the run.
-func (d *driver) sampleFigures(rssEnd float64) {
+func (d *driver) sampleFigures(end memory) {
+	rssEnd := end.Total
 	run, sp := &d.run, &d.sampler
 	if sp.utilN > 0 {
 		run.Utilization = sp.utilSum / float64(sp.utilN)
@@ -133,6 +185,10 @@ func (d *driver) sampleFigures(rssEnd float64) {
 	run.PeakRSSMiB = sp.peakRSS
 	if sp.rssWarm > 0 {
 		run.RSSGrowthPct = (rssEnd - sp.rssWarm) / sp.rssWarm * 100
+		if w := sp.memWarm; w.Anon > 0 && w.File > 0 && end.Anon > 0 {
+			run.AnonGrowthPct = (end.Anon - w.Anon) / w.Anon * 100
+			run.FileGrowthPct = (end.File - w.File) / w.File * 100
+		}
 	}
 }
 

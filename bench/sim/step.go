@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -328,7 +327,7 @@ func (d *driver) advance(t0 time.Time, charged time.Duration) {
 type ending struct {
 	wall             time.Duration
 	cpu              float64 // CPU seconds of the whole process during the run
-	rssEnd           float64 // MiB, after a GC
+	mem              memory  // settled (settledMemory)
 	st               Stats
 	p50, p99, maxLat float64
 	cdf              []float64
@@ -336,15 +335,15 @@ type ending struct {
 }
 
 // measureEnd takes the end-of-run measurements in this order: the wall
-// and CPU time first, then the RSS after a GC, then the quota recount, the
+// and CPU time first, then the settled resident memory, then the quota recount, the
 // cluster's counters, the latencies and a last sample.
 func (d *driver) measureEnd() ending {
 	s := d.s
 	var e ending
 	e.wall = time.Since(d.wallStart)
 	e.cpu = (procstat.CPU() - d.cpu0).Seconds()
-	runtime.GC()
-	e.rssEnd = procstat.RSSMiB()
+	e.mem = settledMemory()
+	d.writeHeap("end")
 	s.cl.CheckQuota()
 	e.st = s.cl.Stats()
 	e.p50, e.p99, e.maxLat, e.cdf = s.cl.latencies()
