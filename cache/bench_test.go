@@ -67,3 +67,36 @@ func BenchmarkUpdateSnapshot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUpdateSnapshotJobs refreshes a snapshot of 5,000 jobs with 8
+// pending tasks each, after 1 % of them changed: one more pending task and
+// a new version of the PodGroup each. No assertion; compare runs (or
+// commits) as ratios.
+func BenchmarkUpdateSnapshotJobs(b *testing.B) {
+	const jobs, per = 5000, 8
+	c := New(Options{})
+	for i := range jobs {
+		name := fmt.Sprintf("job-%05d", i)
+		c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: name, UID: name + "-uid", MinMember: per, Queue: "q"})
+		for k := range per {
+			c.AddOrUpdateTask(mkTask("ns", fmt.Sprintf("%s-%d", name, k), name, 1000, 1))
+		}
+	}
+	var s Snapshot
+	c.UpdateSnapshot(&s)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		for k := range jobs / 100 {
+			name := fmt.Sprintf("job-%05d", (i*7919+k*101)%jobs)
+			c.AddOrUpdateTask(mkTask("ns", fmt.Sprintf("%s-more-%d", name, i), name, 1000, 1))
+			c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: name, UID: name + "-uid", MinMember: per + 1, Queue: "q", ResourceVersion: fmt.Sprint(i)})
+		}
+		b.StartTimer()
+		c.UpdateSnapshot(&s)
+	}
+	if len(s.Jobs()) != jobs {
+		b.Fatalf("%d jobs in the snapshot", len(s.Jobs()))
+	}
+}

@@ -6,7 +6,8 @@
 // # What it owns
 //
 //   - Every node, task and job it has been told about, as deep copies that it
-//     never hands out: readers get copies too.
+//     never mutates once stored; readers get copies, and snapshots share
+//     the stored tasks and jobs read-only.
 //   - The books (api.NodeBooks) of every known node the shard keeps books for
 //     (Options.KeepsBooks). Tasks are tracked by UID whether or not their node is
 //     known or owned; they are booked only on owned, known nodes, and a task
@@ -23,9 +24,12 @@
 //   - Snapshots (failure F1, docs/design.md): UpdateSnapshot refreshes a
 //     Snapshot by generation, copying only the nodes whose books changed and
 //     dropping deleted ones; it also carries the pending tasks, every task
-//     of the jobs that have pending tasks, and every job, each copied again
-//     only when it changed. A snapshot shares nothing mutable with the
-//     cache, so a cycle reads it without any lock.
+//     of the jobs that have pending tasks, and every job. Those tasks and
+//     jobs are the cache's stored ones, shared: the cache never mutates
+//     what it stored (an event or an assumption stores a new one), so a
+//     snapshot shares nothing mutable with the cache and a cycle reads it
+//     without any lock. Copying them for every shard's snapshot was a
+//     seventh of the heap at 1M cores with 8 shards.
 //
 // # Job identity
 //

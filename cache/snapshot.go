@@ -11,13 +11,17 @@ import (
 // Snapshot is the cluster state one scheduling cycle works on: the books of
 // the nodes the shard owns, the pending tasks, every task of the jobs that
 // have pending tasks, and every job. It shares nothing mutable with the
-// Cache, so the cycle reads it without any lock while events keep arriving.
+// Cache, so the cycle reads it without any lock while events keep arriving:
+// the books are its own copies, and the tasks and jobs are the cache's
+// stored ones, which the cache never mutates (an event or an assumption
+// replaces them).
 //
 // A Snapshot belongs to one cycle (one goroutine) and is not safe for
 // concurrent use. Its zero value is ready for Cache.UpdateSnapshot, which
-// refreshes it in place. Everything it returns points into the snapshot's
-// own copies: treat them as read-only, because UpdateSnapshot keeps the
-// copies of unchanged objects from one refresh to the next.
+// refreshes it in place. Everything it returns is read-only: the books
+// are kept from one refresh to the next while unchanged, and the tasks and
+// jobs (their maps included) are shared with the cache and with every other
+// snapshot of it.
 type Snapshot struct {
 	owner      *Cache // the cache it was last refreshed from
 	generation int64  // the cache's generation at the last refresh
@@ -32,27 +36,22 @@ type Snapshot struct {
 	pending   []*api.Task           // sorted by namespace, name
 
 	jobsGen  int64
-	jobs     map[string]snapJob // by UID
-	jobList  []*api.Job         // sorted by namespace, name
+	jobs     map[string]*api.Job // by UID
+	jobList  []*api.Job          // sorted by namespace, name
 	jobNames map[objKey]*api.Job
 }
-
-type snapTask struct{ src, cp *api.Task } // the cache's view it was copied from, and the copy
-type snapJob struct{ src, cp *api.Job }
 
 type snapGroup struct {
 	gen     int64
 	tasks   []*api.Task // sorted by name
 	pending []*api.Task
-	srcs    map[string]snapTask // by UID
 }
 
 // UpdateSnapshot refreshes s to the cache's current state, incrementally:
 // only the books whose Generation is newer than the snapshot's are copied
 // (deep copies), the books of nodes deleted or no longer owned are removed,
-// and only the task groups and jobs that changed are copied again. It holds
-// the cache's lock shared, so events wait only for the copying of what
-// changed. A nil s is ignored; a Snapshot last refreshed from another Cache
+// and only the task groups and jobs that changed are listed again. It holds
+// the cache's lock shared, so events wait only for what changed. A nil s is ignored; a Snapshot last refreshed from another Cache
 // is rebuilt from scratch.
 func (c *Cache) UpdateSnapshot(s *Snapshot) {
 	if s == nil {
@@ -65,7 +64,7 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 			owner:    c,
 			nodes:    map[string]*api.NodeBooks{},
 			groups:   map[objKey]*snapGroup{},
-			jobs:     map[string]snapJob{},
+			jobs:     map[string]*api.Job{},
 			jobNames: map[objKey]*api.Job{},
 			jobsGen:  -1,
 		}
@@ -124,59 +123,73 @@ func (s *Snapshot) updateGroups(c *Cache) {
 	if s.groupsGen == c.groupsGen {
 		return
 	}
-	changed := false
+	// The pending list stays sorted: the pending tasks of the groups that
+	// changed or went are taken out, and the changed groups' pending tasks,
+	// sorted, are merged back in. Sorting the whole list at every refresh
+	// was most of a refresh's time with thousands of pending pods.
+	gone := map[*api.Task]bool{}
+	var added []*api.Task
 	for key, g := range c.pendingGroups {
 		old := s.groups[key]
 		if old != nil && old.gen == g.gen {
 			continue
 		}
-		s.groups[key] = copyGroup(g, old)
-		changed = true
+		if old != nil {
+			for _, t := range old.pending {
+				gone[t] = true
+			}
+		}
+		ng := copyGroup(g)
+		s.groups[key] = ng
+		added = append(added, ng.pending...)
 	}
-	for key := range s.groups {
+	for key, old := range s.groups {
 		if _, ok := c.pendingGroups[key]; !ok {
+			for _, t := range old.pending {
+				gone[t] = true
+			}
 			delete(s.groups, key)
-			changed = true
 		}
 	}
 	s.groupsGen = c.groupsGen
-	if !changed {
+	if len(gone) == 0 && len(added) == 0 {
 		return
 	}
-	s.pending = s.pending[:0]
-	for _, g := range s.groups {
-		s.pending = append(s.pending, g.pending...)
+	kept := s.pending[:0] // PendingTasks hands out copies of the list
+	for _, t := range s.pending {
+		if !gone[t] {
+			kept = append(kept, t)
+		}
 	}
-	slices.SortFunc(s.pending, compareTasks)
+	slices.SortFunc(added, compareTasks)
+	s.pending = mergeTasks(kept, added)
 }
 
-// copyGroup deep-copies the member tasks of a group (a predecessor's tasks
-// are left out: see taskGroup.member), reusing the copies in old of the
-// tasks that did not change since.
-func copyGroup(g *taskGroup, old *snapGroup) *snapGroup {
-	ng := &snapGroup{
-		gen:   g.gen,
-		tasks: make([]*api.Task, 0, len(g.tasks)),
-		srcs:  make(map[string]snapTask, len(g.tasks)),
+// mergeTasks merges two lists sorted by compareTasks into a new one. b is
+// the short one: each of its tasks finds its place in a by binary search.
+func mergeTasks(a, b []*api.Task) []*api.Task {
+	out := make([]*api.Task, 0, len(a)+len(b))
+	for _, t := range b {
+		i, _ := slices.BinarySearchFunc(a, t, compareTasks)
+		out = append(append(out, a[:i]...), t)
+		a = a[i:]
 	}
-	for uid, e := range g.tasks {
+	return append(out, a...)
+}
+
+// copyGroup lists the member tasks of a group (a predecessor's tasks are
+// left out: see taskGroup.member). The tasks are the cache's own views,
+// shared, not copied: a view is never mutated once stored (an event or an
+// assumption replaces it), so the snapshot's stays as it was.
+func copyGroup(g *taskGroup) *snapGroup {
+	ng := &snapGroup{gen: g.gen, tasks: make([]*api.Task, 0, len(g.tasks))}
+	for _, e := range g.tasks {
 		if !g.member(e) {
 			continue
 		}
-		var cp *api.Task
-		if old != nil {
-			if st, ok := old.srcs[uid]; ok && st.src == e.view {
-				cp = st.cp
-			}
-		}
-		if cp == nil {
-			t := cloneTask(*e.view)
-			cp = &t
-		}
-		ng.srcs[uid] = snapTask{src: e.view, cp: cp}
-		ng.tasks = append(ng.tasks, cp)
+		ng.tasks = append(ng.tasks, e.view)
 		if e.pending {
-			ng.pending = append(ng.pending, cp)
+			ng.pending = append(ng.pending, e.view)
 		}
 	}
 	slices.SortFunc(ng.tasks, compareTasks)
@@ -191,26 +204,48 @@ func (s *Snapshot) updateJobs(c *Cache) {
 	if s.jobsGen == c.jobsGen {
 		return
 	}
-	jobs := make(map[string]snapJob, len(c.jobs))
+	// The jobs are the cache's, shared: a stored job is never mutated
+	// (an event replaces it). A new version of a job takes its old one's
+	// place in the sorted list; only jobs added or gone sort it again.
+	structural := false
 	for uid, j := range c.jobs {
-		if old, ok := s.jobs[uid]; ok && old.src == j {
-			jobs[uid] = old
+		old, ok := s.jobs[uid]
+		if old == j {
 			continue
 		}
-		cp := cloneJob(*j)
-		jobs[uid] = snapJob{src: j, cp: &cp}
+		s.jobs[uid] = j
+		if !ok || old.Namespace != j.Namespace || old.Name != j.Name {
+			structural = true
+			continue
+		}
+		if i, found := slices.BinarySearchFunc(s.jobList, j, compareJobs); found {
+			s.jobList[i] = j
+		} else {
+			structural = true
+		}
+		s.jobNames[objKey{j.Namespace, j.Name}] = j
 	}
-	s.jobs = jobs
+	for uid := range s.jobs {
+		if _, ok := c.jobs[uid]; !ok {
+			delete(s.jobs, uid)
+			structural = true
+		}
+	}
+	s.jobsGen = c.jobsGen
+	if !structural {
+		return
+	}
 	s.jobList = s.jobList[:0]
 	clear(s.jobNames)
-	for _, j := range jobs {
-		s.jobList = append(s.jobList, j.cp)
-		s.jobNames[objKey{j.cp.Namespace, j.cp.Name}] = j.cp
+	for _, j := range s.jobs {
+		s.jobList = append(s.jobList, j)
+		s.jobNames[objKey{j.Namespace, j.Name}] = j
 	}
-	slices.SortFunc(s.jobList, func(a, b *api.Job) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
-	})
-	s.jobsGen = c.jobsGen
+	slices.SortFunc(s.jobList, compareJobs)
+}
+
+func compareJobs(a, b *api.Job) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
 }
 
 // Nodes returns the books of the owned nodes, sorted by name. The slice is
@@ -278,6 +313,14 @@ func (s *Snapshot) NodesCopied() int {
 		return 0
 	}
 	return s.copied
+}
+
+// NumPending is len(PendingTasks()), without the copy.
+func (s *Snapshot) NumPending() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.pending)
 }
 
 // PendingTasks returns the tasks waiting to be placed (not bound, not

@@ -355,7 +355,7 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 			attribute.Int("jobs", len(jobs)), attribute.Int("nodes", s.snap.NumNodes())))
 		defer span.End()
 	}
-	s.log.Debug("cycle", "jobs", len(jobs), "nodes", len(s.snap.Nodes()), "pending", len(s.snap.PendingTasks()))
+	s.log.Debug("cycle", "jobs", len(jobs), "nodes", s.snap.NumNodes(), "pending", s.snap.NumPending())
 	byQueue := map[string][]*api.Job{}
 	live := map[string]bool{}
 	for _, j := range jobs {
