@@ -34,6 +34,7 @@ type Snapshot struct {
 	groupsGen int64
 	groups    map[objKey]*snapGroup // only groups with pending tasks
 	pending   []*api.Task           // sorted by namespace, name
+	spare     []*api.Task           // the previous pending list's array, reused
 
 	jobsGen  int64
 	jobs     map[string]*api.Job // by UID
@@ -162,13 +163,14 @@ func (s *Snapshot) updateGroups(c *Cache) {
 		}
 	}
 	slices.SortFunc(added, compareTasks)
-	s.pending = mergeTasks(kept, added)
+	s.pending, s.spare = mergeTasks(s.spare[:0], kept, added), kept[:0]
 }
 
-// mergeTasks merges two lists sorted by compareTasks into a new one. b is
-// the short one: each of its tasks finds its place in a by binary search.
-func mergeTasks(a, b []*api.Task) []*api.Task {
-	out := make([]*api.Task, 0, len(a)+len(b))
+// mergeTasks appends to out the merge of two lists sorted by compareTasks.
+// b is the short one: each of its tasks finds its place in a by binary
+// search.
+func mergeTasks(out, a, b []*api.Task) []*api.Task {
+	out = slices.Grow(out, len(a)+len(b))
 	for _, t := range b {
 		i, _ := slices.BinarySearchFunc(a, t, compareTasks)
 		out = append(append(out, a[:i]...), t)

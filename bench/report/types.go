@@ -68,6 +68,12 @@ type Run struct {
 	// its own size at the end of warm-up.
 	AnonGrowthPct float64 `json:"anonGrowthPct,omitempty"`
 	FileGrowthPct float64 `json:"fileGrowthPct,omitempty"`
+	// ShardHeapMiB is the Go heap in use allocated by the shards' own code
+	// at the end of the run, all shards together (simulated runs, where the
+	// shards share one process: from its heap profile); ShardHeapGrowthPct
+	// is its growth from the end of warm-up.
+	ShardHeapMiB       float64 `json:"shardHeapMiB,omitempty"`
+	ShardHeapGrowthPct float64 `json:"shardHeapGrowthPct,omitempty"`
 
 	// Invariants counts violations seen while the run went on; any
 	// non-zero count fails the run. Keys: "quota_overruns",

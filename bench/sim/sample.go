@@ -105,10 +105,11 @@ func (d *driver) takeSample() {
 	}
 }
 
-// memory is the process's resident memory and the Go heap in use, in MiB.
+// memory is the process's resident memory, the Go heap in use and the
+// part of it the shards' code allocated, in MiB.
 type memory struct {
 	procstat.Resident
-	Heap float64
+	Heap, ShardHeap float64
 }
 
 // settledMemory collects the garbage and returns the freed memory to the
@@ -122,12 +123,13 @@ func settledMemory() memory {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return memory{Resident: r, Heap: float64(ms.HeapInuse) / (1 << 20)}
+	sh, _ := shardHeapMiB() // 0 when the profile cannot be read
+	return memory{Resident: r, Heap: float64(ms.HeapInuse) / (1 << 20), ShardHeap: sh}
 }
 
 // String gives the figures as the run's notes print them.
 func (m memory) String() string {
-	return fmt.Sprintf("%.0f MiB (%.0f anonymous, of which Go heap in use %.0f; %.0f file-backed)", m.Total, m.Anon, m.Heap, m.File)
+	return fmt.Sprintf("%.0f MiB (%.0f anonymous, of which Go heap in use %.0f, %.0f of it allocated by the shards' code; %.0f file-backed)", m.Total, m.Anon, m.Heap, m.ShardHeap, m.File)
 }
 
 // writeHeap writes the heap profile <HeapProfile>-<which>.pb.gz when the
@@ -188,6 +190,10 @@ func (d *driver) sampleFigures(end memory) {
 		if w := sp.memWarm; w.Anon > 0 && w.File > 0 && end.Anon > 0 {
 			run.AnonGrowthPct = (end.Anon - w.Anon) / w.Anon * 100
 			run.FileGrowthPct = (end.File - w.File) / w.File * 100
+		}
+		run.ShardHeapMiB = end.ShardHeap
+		if w := sp.memWarm.ShardHeap; w > 0 {
+			run.ShardHeapGrowthPct = (end.ShardHeap - w) / w * 100
 		}
 	}
 }

@@ -1,0 +1,64 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"runtime/pprof"
+
+	"github.com/google/pprof/profile"
+)
+
+// shardCode matches the functions of the packages a shard process runs
+// (the coordinator's included: its leader runs in a shard), not the
+// simulator's, etcd's or the shared api package's (the model allocates
+// through api too; a shard's api allocations are under its own frames).
+var shardCode = regexp.MustCompile(`^github\.com/shardsched/shardsched/(cache|scheduler|placement|status|shard|coordinator|wire|internal/shardproc)\.`)
+
+// shardHeapMiB is the Go heap in use, as of the last GC, allocated by the
+// shards' own code: the heap profile's in-use bytes of every sample with a
+// shard frame on its stack. Allocations made for a shard by libraries on
+// goroutines of their own (memberlist, gRPC buffers) are not counted.
+func shardHeapMiB() (float64, error) {
+	var buf bytes.Buffer
+	if err := pprof.Lookup("heap").WriteTo(&buf, 0); err != nil {
+		return 0, err
+	}
+	p, err := profile.Parse(&buf)
+	if err != nil {
+		return 0, err
+	}
+	return heapOf(p, shardCode)
+}
+
+// heapOf sums the in-use bytes (MiB) of the samples of p whose stack has a
+// function matching code.
+func heapOf(p *profile.Profile, code *regexp.Regexp) (float64, error) {
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == "inuse_space" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return 0, fmt.Errorf("heap profile without inuse_space")
+	}
+	var sum int64
+	for _, s := range p.Sample {
+		if stackMatches(s, code) {
+			sum += s.Value[idx]
+		}
+	}
+	return float64(sum) / (1 << 20), nil
+}
+
+func stackMatches(s *profile.Sample, code *regexp.Regexp) bool {
+	for _, loc := range s.Location {
+		for _, l := range loc.Line {
+			if l.Function != nil && code.MatchString(l.Function.Name) {
+				return true
+			}
+		}
+	}
+	return false
+}
