@@ -311,6 +311,16 @@ func snapshotDiff(a, b *Snapshot) string {
 	if !reflect.DeepEqual(a.Jobs(), b.Jobs()) {
 		diffs = append(diffs, "jobs")
 	}
+	for _, j := range b.Jobs() {
+		if got, _ := a.JobByName(j.Namespace, j.Name); !reflect.DeepEqual(got, j) {
+			diffs = append(diffs, fmt.Sprintf("job by name %s/%s", j.Namespace, j.Name))
+		}
+	}
+	for _, j := range a.Jobs() {
+		if _, ok := b.JobByName(j.Namespace, j.Name); !ok {
+			diffs = append(diffs, fmt.Sprintf("job by name %s/%s: stale", j.Namespace, j.Name))
+		}
+	}
 	keys := map[objKey]bool{}
 	for k := range a.groups {
 		keys[k] = true

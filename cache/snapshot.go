@@ -163,7 +163,12 @@ func (s *Snapshot) updateGroups(c *Cache) {
 		}
 	}
 	slices.SortFunc(added, compareTasks)
-	s.pending, s.spare = mergeTasks(s.spare[:0], kept, added), kept[:0]
+	merged := mergeTasks(s.spare[:0], kept, added)
+	// Neither array keeps pointers to tasks gone beyond its length: the
+	// spare one holds what is also in merged.
+	clear(s.pending[len(kept):])
+	clear(merged[len(merged):cap(merged)])
+	s.pending, s.spare = merged, kept[:0]
 }
 
 // mergeTasks appends to out the merge of two lists sorted by compareTasks.

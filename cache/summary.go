@@ -99,7 +99,8 @@ func satAddValue(a, b int64) int64 {
 	return v
 }
 
-// JobTasks returns copies of every member task of the job now known as
+// JobTasks returns shallow copies (their maps and slices shared with the
+// cache and other tasks: read-only) of every member task of the job now known as
 // namespace/job, in any phase (assumed ones with their node), sorted by
 // name; the tasks a deleted PodGroup of the same name left behind are not
 // members. It reads the live cache under its lock, for the rare callers

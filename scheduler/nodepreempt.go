@@ -66,9 +66,9 @@ func (s *Scheduler) preemptForRoom(ctx context.Context, j *api.Job, gang []*api.
 	}
 	// Victims on these nodes: bound tasks of running jobs of lower
 	// priority, not leaving. A job is not a victim when it or any of its
-	// live pods is protected: a victim left below its gang loses every
-	// pod (below), so one protected pod protects its job, as in reclaim
-	// (terms).
+	// pods not yet finished is protected: a victim left below its gang
+	// loses every pod (below), so one protected pod protects its job, as
+	// in reclaim (terms, which also counts finished pods).
 	byNode := map[string][]nodeVictim{}
 	for _, v := range s.snap.Jobs() {
 		if v.UID == j.UID || v.Protected {

@@ -15,10 +15,16 @@ import (
 // through api too; a shard's api allocations are under its own frames).
 var shardCode = regexp.MustCompile(`^github\.com/shardsched/shardsched/(cache|scheduler|placement|status|shard|coordinator|wire|internal/shardproc)\.`)
 
+// simCode matches the simulator's own functions (its cluster model).
+var simCode = regexp.MustCompile(`^github\.com/shardsched/shardsched/bench/`)
+
 // shardHeapMiB is the Go heap in use, as of the last GC, allocated by the
-// shards' own code: the heap profile's in-use bytes of every sample with a
-// shard frame on its stack. Allocations made for a shard by libraries on
-// goroutines of their own (memberlist, gRPC buffers) are not counted.
+// shards' own code: the heap profile's in-use bytes of every sample whose
+// innermost frame of either kind is a shard's, not the simulator's (a
+// shard calls into the model to bind or evict; the model calls into a
+// shard's cache to deliver events). Allocations made for a shard by
+// libraries on goroutines of their own (memberlist, gRPC buffers) are not
+// counted.
 func shardHeapMiB() (float64, error) {
 	var buf bytes.Buffer
 	if err := pprof.Lookup("heap").WriteTo(&buf, 0); err != nil {
@@ -28,12 +34,12 @@ func shardHeapMiB() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return heapOf(p, shardCode)
+	return heapOf(p, shardCode, simCode)
 }
 
-// heapOf sums the in-use bytes (MiB) of the samples of p whose stack has a
-// function matching code.
-func heapOf(p *profile.Profile, code *regexp.Regexp) (float64, error) {
+// heapOf sums the in-use bytes (MiB) of the samples of p whose innermost
+// frame matching code or other matches code.
+func heapOf(p *profile.Profile, code, other *regexp.Regexp) (float64, error) {
 	idx := -1
 	for i, st := range p.SampleType {
 		if st.Type == "inuse_space" {
@@ -45,18 +51,26 @@ func heapOf(p *profile.Profile, code *regexp.Regexp) (float64, error) {
 	}
 	var sum int64
 	for _, s := range p.Sample {
-		if stackMatches(s, code) {
+		if innermost(s, code, other) {
 			sum += s.Value[idx]
 		}
 	}
 	return float64(sum) / (1 << 20), nil
 }
 
-func stackMatches(s *profile.Sample, code *regexp.Regexp) bool {
+// innermost reports whether, walking s's stack from the allocation out,
+// a frame matching code comes before any matching other.
+func innermost(s *profile.Sample, code, other *regexp.Regexp) bool {
 	for _, loc := range s.Location {
 		for _, l := range loc.Line {
-			if l.Function != nil && code.MatchString(l.Function.Name) {
+			if l.Function == nil {
+				continue
+			}
+			if code.MatchString(l.Function.Name) {
 				return true
+			}
+			if other.MatchString(l.Function.Name) {
+				return false
 			}
 		}
 	}

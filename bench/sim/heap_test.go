@@ -12,8 +12,8 @@ import (
 	"github.com/shardsched/shardsched/cache"
 )
 
-// heapOf counts a sample when any frame of its stack is shard code, and
-// only then.
+// heapOf counts a sample for the shards when the innermost frame that is
+// either a shard's or the model's is a shard's.
 func TestHeapOfCountsShardFrames(t *testing.T) {
 	fn := func(name string) *profile.Location {
 		return &profile.Location{Line: []profile.Line{{Function: &profile.Function{Name: name}}}}
@@ -24,16 +24,21 @@ func TestHeapOfCountsShardFrames(t *testing.T) {
 			{Location: []*profile.Location{fn("github.com/shardsched/shardsched/api.NewResource"), fn("github.com/shardsched/shardsched/cache.(*Cache).setTaskLocked"), fn("github.com/shardsched/shardsched/bench/sim.(*Cluster).Bind")}, Value: []int64{9 << 20, 3 << 20}},
 			{Location: []*profile.Location{fn("github.com/shardsched/shardsched/api.NewResource"), fn("github.com/shardsched/shardsched/bench/sim.(*Cluster).newPodLocked")}, Value: []int64{9 << 20, 5 << 20}},
 			{Location: []*profile.Location{fn("go.etcd.io/etcd/server/v3/storage/mvcc.(*keyIndex).put")}, Value: []int64{9 << 20, 7 << 20}},
+			// The model allocating while a shard's binder calls it: the model's.
+			{Location: []*profile.Location{fn("github.com/shardsched/shardsched/bench/sim.(*Cluster).Bind"), fn("github.com/shardsched/shardsched/scheduler.(*Scheduler).bindOne")}, Value: []int64{9 << 20, 11 << 20}},
 		},
 	}
-	if got, err := heapOf(p, shardCode); err != nil || got != 3 {
-		t.Errorf("heapOf = %g MiB, %v; want the 3 MiB under a cache frame", got, err)
+	if got, err := heapOf(p, shardCode, simCode); err != nil || got != 3 {
+		t.Errorf("heapOf = %g MiB, %v; want the 3 MiB allocated by the cache", got, err)
 	}
-	if got, _ := heapOf(p, regexp.MustCompile(`^go\.etcd\.io/`)); got != 7 {
+	if got, _ := heapOf(p, regexp.MustCompile(`^go\.etcd\.io/`), simCode); got != 7 {
 		t.Errorf("heapOf(etcd) = %g MiB, want 7", got)
 	}
+	if got, _ := heapOf(p, simCode, shardCode); got != 16 {
+		t.Errorf("heapOf(model) = %g MiB, want 5 + 11", got)
+	}
 	p.SampleType = p.SampleType[:1]
-	if _, err := heapOf(p, shardCode); err == nil {
+	if _, err := heapOf(p, shardCode, simCode); err == nil {
 		t.Error("a profile without inuse_space: no error")
 	}
 }
