@@ -317,6 +317,9 @@ func simTargets(runs []report.Run) []report.Target {
 			if r.ShardHeapMiB > 0 {
 				t.Value += fmt.Sprintf("; Go heap allocated by the shards' code at the end: %.0f MiB a shard (heap profile)", r.ShardHeapMiB/float64(r.Shards))
 			}
+			if !t.Met {
+				t.Why = "every shard's cache keeps a record of every pod and job of the cluster, not only of its own nodes and queues; the process's RSS also holds the cluster model, the embedded etcd and the Go runtime's headroom"
+			}
 			out = append(out, t)
 		}
 		inv := "0"
