@@ -12,6 +12,7 @@ import (
 	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/bench/workload"
+	"github.com/shardsched/shardsched/cache"
 )
 
 // sampler holds what the periodic samples accumulate over a run.
@@ -99,23 +100,25 @@ func (d *driver) takeSample() {
 	sp.peakRSS = max(sp.peakRSS, r)
 	run.RSSSeries = append(run.RSSSeries, report.Point{T: vt.Seconds(), V: r})
 	if sp.rssWarm == 0 && vt >= sp.warmAt {
-		sp.memWarm = settledMemory()
+		sp.memWarm = d.settledMemory()
 		sp.rssWarm = sp.memWarm.Total
 		d.writeHeap("warm")
 	}
 }
 
 // memory is the process's resident memory, the Go heap in use and the
-// part of it the shards' code allocated, in MiB.
+// part of it the shards' code allocated, in MiB, with what one shard's
+// cache holds (every shard's holds every pod and job).
 type memory struct {
 	procstat.Resident
 	Heap, ShardHeap float64
+	Cache           cache.Stats
 }
 
 // settledMemory collects the garbage and returns the freed memory to the
 // OS before it reads the resident memory, so that two readings compare what
 // the process holds, not what the Go runtime had not yet given back.
-func settledMemory() memory {
+func (d *driver) settledMemory() memory {
 	debug.FreeOSMemory()
 	r, err := procstat.ResidentMiB()
 	if err != nil {
@@ -124,12 +127,20 @@ func settledMemory() memory {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	sh, _ := shardHeapMiB() // 0 when the profile cannot be read
-	return memory{Resident: r, Heap: float64(ms.HeapInuse) / (1 << 20), ShardHeap: sh}
+	m := memory{Resident: r, Heap: float64(ms.HeapInuse) / (1 << 20), ShardHeap: sh}
+	for _, p := range d.s.procs {
+		if !p.dead {
+			m.Cache = p.Cache.Stats()
+			break
+		}
+	}
+	return m
 }
 
 // String gives the figures as the run's notes print them.
 func (m memory) String() string {
-	return fmt.Sprintf("%.0f MiB (%.0f anonymous, of which Go heap in use %.0f, %.0f of it allocated by the shards' code; %.0f file-backed)", m.Total, m.Anon, m.Heap, m.ShardHeap, m.File)
+	return fmt.Sprintf("%.0f MiB (%.0f anonymous, of which Go heap in use %.0f, %.0f of it allocated by the shards' code; %.0f file-backed; a shard's cache: %d tasks, %d pending, %d jobs)",
+		m.Total, m.Anon, m.Heap, m.ShardHeap, m.File, m.Cache.Tasks, m.Cache.Pending, m.Cache.Jobs)
 }
 
 // writeHeap writes the heap profile <HeapProfile>-<which>.pb.gz when the

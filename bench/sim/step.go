@@ -342,7 +342,7 @@ func (d *driver) measureEnd() ending {
 	var e ending
 	e.wall = time.Since(d.wallStart)
 	e.cpu = (procstat.CPU() - d.cpu0).Seconds()
-	e.mem = settledMemory()
+	e.mem = d.settledMemory()
 	d.writeHeap("end")
 	s.cl.CheckQuota()
 	e.st = s.cl.Stats()
