@@ -140,7 +140,7 @@ func (s *Snapshot) updateGroups(c *Cache) {
 				gone[t] = true
 			}
 		}
-		ng := copyGroup(g)
+		ng := groupView(g)
 		s.groups[key] = ng
 		added = append(added, ng.pending...)
 	}
@@ -184,11 +184,11 @@ func mergeTasks(out, a, b []*api.Task) []*api.Task {
 	return append(out, a...)
 }
 
-// copyGroup lists the member tasks of a group (a predecessor's tasks are
+// groupView lists the member tasks of a group (a predecessor's tasks are
 // left out: see taskGroup.member). The tasks are the cache's own views,
 // shared, not copied: a view is never mutated once stored (an event or an
 // assumption replaces it), so the snapshot's stays as it was.
-func copyGroup(g *taskGroup) *snapGroup {
+func groupView(g *taskGroup) *snapGroup {
 	ng := &snapGroup{gen: g.gen, tasks: make([]*api.Task, 0, len(g.tasks))}
 	for _, e := range g.tasks {
 		if !g.member(e) {

@@ -30,7 +30,12 @@ func shardHeapMiB() (float64, error) {
 	if err := pprof.Lookup("heap").WriteTo(&buf, 0); err != nil {
 		return 0, err
 	}
-	p, err := profile.Parse(&buf)
+	return shardHeapOf(buf.Bytes())
+}
+
+// shardHeapOf is shardHeapMiB of a heap profile already taken.
+func shardHeapOf(prof []byte) (float64, error) {
+	p, err := profile.ParseData(prof)
 	if err != nil {
 		return 0, err
 	}

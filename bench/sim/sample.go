@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"os"
@@ -28,8 +29,7 @@ type sampler struct {
 	fairErr     map[string]float64 // leaf → sum of its fair-share errors
 	fairN       int
 	rss0        float64 // MiB before the shards started
-	rssWarm     float64 // MiB at the end of the warm-up, settled (settledMemory)
-	memWarm     memory
+	memWarm     memory  // at the end of the warm-up, settled (settledMemory)
 	peakRSS     float64
 	lastBinds   int64
 	lastSampleT time.Duration
@@ -99,10 +99,8 @@ func (d *driver) takeSample() {
 	r := procstat.RSSMiB()
 	sp.peakRSS = max(sp.peakRSS, r)
 	run.RSSSeries = append(run.RSSSeries, report.Point{T: vt.Seconds(), V: r})
-	if sp.rssWarm == 0 && vt >= sp.warmAt {
-		sp.memWarm = d.settledMemory()
-		sp.rssWarm = sp.memWarm.Total
-		d.writeHeap("warm")
+	if sp.memWarm.Total == 0 && vt >= sp.warmAt {
+		sp.memWarm = d.settledMemory("warm")
 	}
 }
 
@@ -117,8 +115,11 @@ type memory struct {
 
 // settledMemory collects the garbage and returns the freed memory to the
 // OS before it reads the resident memory, so that two readings compare what
-// the process holds, not what the Go runtime had not yet given back.
-func (d *driver) settledMemory() memory {
+// the process holds, not what the Go runtime had not yet given back. The
+// heap profile it takes for the shards' part is also written to
+// <HeapProfile>-<which>.pb.gz when the run asks for it (a failure to write
+// is reported on the progress stream and the run goes on).
+func (d *driver) settledMemory(which string) memory {
 	debug.FreeOSMemory()
 	r, err := procstat.ResidentMiB()
 	if err != nil {
@@ -126,8 +127,12 @@ func (d *driver) settledMemory() memory {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	sh, _ := shardHeapMiB() // 0 when the profile cannot be read
-	m := memory{Resident: r, Heap: float64(ms.HeapInuse) / (1 << 20), ShardHeap: sh}
+	m := memory{Resident: r, Heap: float64(ms.HeapInuse) / (1 << 20)}
+	var prof bytes.Buffer
+	if err := pprof.Lookup("heap").WriteTo(&prof, 0); err == nil {
+		m.ShardHeap, _ = shardHeapOf(prof.Bytes()) // 0 when it cannot be parsed
+		d.writeHeap(which, prof.Bytes())
+	}
 	for _, p := range d.s.procs {
 		if !p.dead {
 			m.Cache = p.Cache.Stats()
@@ -143,23 +148,15 @@ func (m memory) String() string {
 		m.Total, m.Anon, m.Heap, m.ShardHeap, m.File, m.Cache.Tasks, m.Cache.Pending, m.Cache.Jobs)
 }
 
-// writeHeap writes the heap profile <HeapProfile>-<which>.pb.gz when the
-// run asks for one; a failure is reported on the progress stream and the
-// run goes on.
-func (d *driver) writeHeap(which string) {
+// writeHeap writes prof to <HeapProfile>-<which>.pb.gz when the run asks
+// for heap profiles.
+func (d *driver) writeHeap(which string, prof []byte) {
 	prefix := d.s.cfg.HeapProfile
 	if prefix == "" {
 		return
 	}
 	name := prefix + "-" + which + ".pb.gz"
-	f, err := os.Create(name)
-	if err == nil {
-		err = pprof.Lookup("heap").WriteTo(f, 0)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
+	if err := os.WriteFile(name, prof, 0o644); err != nil {
 		fmt.Fprintf(d.s.cfg.Progress, "sim: heap profile %s: %v\n", name, err)
 	}
 }
@@ -183,7 +180,6 @@ func (sp *sampler) roomNote(bigPodCPU int64) string {
 // sampleFigures fills the run's mean utilization, fair-share errors and
 // RSS figures from the samples and the RSS at the end of the run.
 func (d *driver) sampleFigures(end memory) {
-	rssEnd := end.Total
 	run, sp := &d.run, &d.sampler
 	if sp.utilN > 0 {
 		run.Utilization = sp.utilSum / float64(sp.utilN)
@@ -196,17 +192,22 @@ func (d *driver) sampleFigures(end memory) {
 		}
 	}
 	run.PeakRSSMiB = sp.peakRSS
-	if sp.rssWarm > 0 {
-		run.RSSGrowthPct = (rssEnd - sp.rssWarm) / sp.rssWarm * 100
-		if w := sp.memWarm; w.Anon > 0 && w.File > 0 && end.Anon > 0 {
-			run.AnonGrowthPct = (end.Anon - w.Anon) / w.Anon * 100
-			run.FileGrowthPct = (end.File - w.File) / w.File * 100
-		}
-		run.ShardHeapMiB = end.ShardHeap
-		if w := sp.memWarm.ShardHeap; w > 0 {
-			run.ShardHeapGrowthPct = (end.ShardHeap - w) / w * 100
-		}
+	run.ShardHeapMiB = end.ShardHeap
+	if w := sp.memWarm; w.Total > 0 {
+		run.RSSGrowthPct = growthPct(w.Total, end.Total)
+		run.AnonGrowthPct = growthPct(w.Anon, end.Anon)
+		run.FileGrowthPct = growthPct(w.File, end.File)
+		run.ShardHeapGrowthPct = growthPct(w.ShardHeap, end.ShardHeap)
 	}
+}
+
+// growthPct is the growth from a to b in percent of a; 0 when either is
+// unknown (0).
+func growthPct(a, b float64) float64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	return (b - a) / a * 100
 }
 
 // fairShares water-fills capacity (milli-CPU) over the leaves by weight,

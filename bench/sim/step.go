@@ -342,8 +342,7 @@ func (d *driver) measureEnd() ending {
 	var e ending
 	e.wall = time.Since(d.wallStart)
 	e.cpu = (procstat.CPU() - d.cpu0).Seconds()
-	e.mem = d.settledMemory()
-	d.writeHeap("end")
+	e.mem = d.settledMemory("end")
 	s.cl.CheckQuota()
 	e.st = s.cl.Stats()
 	e.p50, e.p99, e.maxLat, e.cdf = s.cl.latencies()
