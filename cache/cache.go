@@ -46,7 +46,7 @@ type Cache struct {
 	bookCount int                   // number of entries in the head list
 
 	tasks     map[string]*taskEntry            // every known task, by UID
-	taskNames map[objKey]string                // namespace/name -> UID
+	taskNames nameIndex                        // namespace/name -> task
 	byNode    map[string]map[string]*taskEntry // placement node -> UID -> task, known node or not
 
 	groups        map[objKey]*taskGroup // namespace/job -> its tasks
@@ -145,7 +145,7 @@ func (c *Cache) init() {
 	}
 	c.nodes = map[string]*nodeEntry{}
 	c.tasks = map[string]*taskEntry{}
-	c.taskNames = map[objKey]string{}
+	c.taskNames = newNameIndex()
 	c.byNode = map[string]map[string]*taskEntry{}
 	c.groups = map[objKey]*taskGroup{}
 	c.pendingGroups = map[objKey]*taskGroup{}

@@ -27,7 +27,7 @@ func TestStoredTasksShareScalars(t *testing.T) {
 	}
 	stored := func(name string) api.Resource {
 		t.Helper()
-		e := c.tasks[c.taskNames[objKey{"ns", name}]]
+		e := c.taskNames.get("ns", name)
 		if e == nil {
 			t.Fatalf("task %s not in the cache", name)
 		}

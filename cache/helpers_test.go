@@ -142,7 +142,7 @@ func verify(c *Cache) error {
 		if e.uid != uid || e.obj.UID != uid || e.view.UID != uid {
 			fail("task %s: uid mismatch", uid)
 		}
-		if c.taskNames[objKey{e.obj.Namespace, e.obj.Name}] != uid {
+		if c.taskNames.get(e.obj.Namespace, e.obj.Name) != e {
 			fail("task %s: name index", uid)
 		}
 		node := ""
@@ -189,6 +189,9 @@ func verify(c *Cache) error {
 		} else if e.bookedOn != "" {
 			fail("task %s: booked on %q, which has no books", uid, e.bookedOn)
 		}
+	}
+	if n := c.taskNames.len(); n != len(c.tasks) {
+		fail("name index holds %d entries for %d tasks", n, len(c.tasks))
 	}
 	for node, m := range c.byNode {
 		for uid, e := range m {

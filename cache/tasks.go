@@ -25,18 +25,16 @@ func (c *Cache) AddOrUpdateTask(t api.Task) {
 }
 
 func (c *Cache) setTaskLocked(t api.Task) {
-	key := objKey{t.Namespace, t.Name}
-	if other, ok := c.taskNames[key]; ok && other != t.UID {
-		c.removeTaskLocked(other)
+	if other := c.taskNames.get(t.Namespace, t.Name); other != nil && other.uid != t.UID {
+		c.removeTaskLocked(other.uid)
 	}
 	e := c.tasks[t.UID]
 	if e == nil {
 		e = &taskEntry{uid: t.UID}
 		c.tasks[t.UID] = e
-	} else if old := (objKey{e.obj.Namespace, e.obj.Name}); old != key && c.taskNames[old] == t.UID {
-		delete(c.taskNames, old)
+	} else if !named(e, t.Namespace, t.Name) {
+		c.taskNames.remove(e) // under its old name
 	}
-	c.taskNames[key] = t.UID
 	obj := c.storedTask(t)
 	if e.assumed != "" && (obj.Phase.Terminal() || obj.NodeName != "") {
 		// Confirmed (bound to the assumed node), moved (bound elsewhere) or
@@ -44,6 +42,7 @@ func (c *Cache) setTaskLocked(t api.Task) {
 		e.assumed = ""
 	}
 	e.obj = &obj
+	c.taskNames.put(e)
 	e.req = sanitize(obj.Request)
 	c.placeLocked(e)
 }
@@ -68,9 +67,7 @@ func (c *Cache) removeTaskLocked(uid string) {
 	}
 	c.setPlacement(e, "")
 	c.leaveGroup(e)
-	if key := (objKey{e.obj.Namespace, e.obj.Name}); c.taskNames[key] == uid {
-		delete(c.taskNames, key)
-	}
+	c.taskNames.remove(e)
 	delete(c.tasks, uid)
 }
 
