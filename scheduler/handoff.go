@@ -192,6 +192,45 @@ func (s *Scheduler) offerEnded(uid string) {
 // shards that refused it lately. It reports whether the job is now
 // another shard's to place (an offer was made, or a record already exists).
 func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) bool {
+	return s.offerTo(ctx, j, gang, false, -1)
+}
+
+// offerToHold hands a starving gang that fits on no shard's free room,
+// and would not fit on this shard's nodes even were they empty, to the
+// live shard whose nodes could hold it when empty (allocFits) and that
+// has the most of it free now (GPUs for a gang that asks for GPUs, else
+// CPU), skipping shards that refused it lately. That shard claims it
+// only if it can hold nodes for it (takeOffers). Without this such a gang
+// waits until some shard happens to have room for it all at once, which
+// on a busy cluster of many shards may be never: a gang of 16 GPU nodes'
+// worth against 8 shards of about 20 GPU nodes each.
+//
+// freerThan > -1 limits the offer to shards with more of it free than that
+// (this shard's own free amount): a starving gang is held for where the
+// fewest pods must finish first, here only if no shard that could hold it
+// has more free.
+func (s *Scheduler) offerToHold(ctx context.Context, j *api.Job, gang []*api.Task, freerThan int64) bool {
+	return s.offerTo(ctx, j, gang, true, freerThan)
+}
+
+// ownFree is this shard's free amount as offerToHold compares it: GPUs for
+// a gang that asks for GPUs, else CPU, from the capacity last published.
+func (s *Scheduler) ownFree(gang []*api.Task) int64 {
+	sum, _, ok := gangNeeds(gang)
+	if !ok {
+		return math.MaxInt64
+	}
+	c := s.ho.lastCap
+	if s.ho.capAt.IsZero() {
+		c = s.capacity() // nothing published yet
+	}
+	if sum.Get(gpuResource) > 0 {
+		return c.FreeGPU
+	}
+	return c.FreeMilliCPU
+}
+
+func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, toHold bool, freerThan int64) bool {
 	if !s.handoffOn() || s.jobBinds(j.UID) > 0 {
 		return false
 	}
@@ -199,20 +238,27 @@ func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) boo
 	if !ok {
 		return false
 	}
+	fits, free := capacityFits, func(c wire.Capacity) int64 { return c.FreeMilliCPU }
+	if toHold {
+		fits = allocFits
+		if sum.Get(gpuResource) > 0 {
+			free = func(c wire.Capacity) int64 { return c.FreeGPU }
+		}
+	}
 	me := s.deps.Peers.Name()
 	now := s.cfg.Now()
 	var best *wire.Meta
 	members := s.deps.Peers.Members()
 	for i := range members {
 		m := &members[i]
-		if m.ID == me || !capacityFits(m.Capacity, sum, largest) {
+		if m.ID == me || !fits(m.Capacity, sum, largest) || free(m.Capacity) <= freerThan {
 			continue
 		}
 		if at, ok := s.ho.refused[j.UID][m.ID]; ok && now.Sub(at) < s.cfg.RefusedFor {
 			continue
 		}
-		if best == nil || m.Capacity.FreeMilliCPU > best.Capacity.FreeMilliCPU ||
-			(m.Capacity.FreeMilliCPU == best.Capacity.FreeMilliCPU && m.ID < best.ID) {
+		if best == nil || free(m.Capacity) > free(best.Capacity) ||
+			(free(m.Capacity) == free(best.Capacity) && m.ID < best.ID) {
 			best = m
 		}
 	}
@@ -225,8 +271,13 @@ func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) boo
 	switch {
 	case err == nil:
 		s.stats.offers.Add(1)
+		msg := "job offered to another shard"
+		if toHold {
+			s.stats.holdOffers.Add(1)
+			msg = "starving gang offered to a shard that can hold nodes for it"
+		}
 		s.ho.offers[j.UID] = sentOffer{to: best.ID, at: now}
-		s.log.Info("job offered to another shard", "job", j.Key(), "to", best.ID,
+		s.log.Info(msg, "job", j.Key(), "to", best.ID,
 			"gang", len(gang), "gang cpu", sum.MilliCPU, "their free cpu", best.Capacity.FreeMilliCPU)
 		return true
 	case errors.Is(err, wire.ErrNotQueueOwner):
@@ -271,6 +322,7 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 		byUID[j.UID] = j
 	}
 	nodes := s.unheld(s.snap.Nodes()) // nodes held for a starving gang take no other job
+	s.held.full = false               // this cycle's holds start here (maybeHold)
 	for _, c := range mine {
 		j := byUID[c.Job]
 		if c.State == wire.Claimed {
@@ -290,21 +342,37 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 		if len(nodes) > 0 && len(ready) > 0 {
 			fits = placement.PlaceGang(s.place, ready, nodes, need, s.rng).OK
 		}
-		if !fits {
+		// A starving gang that does not fit now is taken if nodes can be
+		// held for it here (the owner offers such gangs when no shard has
+		// room: offerToHold). The hold is made before the claim and ended
+		// if the claim fails.
+		held := false
+		if !fits && len(ready) >= need {
+			held, _ = s.maybeHold(j, ready, need, s.snap.Nodes())
+		}
+		if !fits && !held {
 			if s.dropClaim(ctx, c, "does not fit here") {
 				s.stats.refusals.Add(1)
 			}
 			continue
 		}
+		if held {
+			nodes = s.unheld(s.snap.Nodes())
+		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 		_, err := s.deps.Claims.Claim(cctx, c.Job, c.Rev)
 		cancel()
 		if err != nil {
+			if held {
+				s.held.end(j.UID)
+				delete(s.heldBefore, j.UID)
+				nodes = s.unheld(s.snap.Nodes())
+			}
 			s.log.Debug("claim lost", "job", j.Key(), "err", err)
 			continue
 		}
 		s.stats.claims.Add(1)
-		s.log.Info("claimed a job offered by its queue owner", "job", j.Key(), "from", c.From)
+		s.log.Info("claimed a job offered by its queue owner", "job", j.Key(), "from", c.From, "holding nodes for it", held)
 	}
 }
 
@@ -498,6 +566,16 @@ func capacityFits(c wire.Capacity, sum, largest api.Resource) bool {
 		largest.MilliCPU <= c.LargestCPU && largest.Memory <= c.LargestMemory && gpu(largest) <= c.LargestFreeGPU
 }
 
+// allocFits reports whether a gossiped capacity could hold a gang were its
+// nodes empty: the same necessary condition as capacityFits, on what the
+// nodes hold rather than on what they have free.
+func allocFits(c wire.Capacity, sum, largest api.Resource) bool {
+	gpu := func(r api.Resource) int64 { return r.Get(gpuResource) }
+	return c.Nodes > 0 &&
+		sum.MilliCPU <= c.AllocMilliCPU && sum.Memory <= c.AllocMemory && gpu(sum) <= c.AllocGPU &&
+		largest.MilliCPU <= c.LargestAllocCPU && largest.Memory <= c.LargestAllocMem && gpu(largest) <= c.LargestAllocGPU
+}
+
 // gpuResource is the scalar gossiped as GPU capacity.
 const gpuResource = "nvidia.com/gpu"
 
@@ -517,6 +595,13 @@ func (s *Scheduler) capacity() wire.Capacity {
 		c.LargestCPU = max(c.LargestCPU, idle.MilliCPU)
 		c.LargestMemory = max(c.LargestMemory, idle.Memory)
 		c.LargestFreeGPU = max(c.LargestFreeGPU, idle.Get(gpuResource))
+		a := b.Node.Allocatable
+		c.AllocMilliCPU = satAdd(c.AllocMilliCPU, max(a.MilliCPU, 0))
+		c.AllocMemory = satAdd(c.AllocMemory, max(a.Memory, 0))
+		c.AllocGPU = satAdd(c.AllocGPU, max(a.Get(gpuResource), 0))
+		c.LargestAllocCPU = max(c.LargestAllocCPU, a.MilliCPU)
+		c.LargestAllocMem = max(c.LargestAllocMem, a.Memory)
+		c.LargestAllocGPU = max(c.LargestAllocGPU, a.Get(gpuResource))
 	}
 	return c
 }
@@ -562,6 +647,7 @@ func noticeable(a, b wire.Capacity) bool {
 		return d <= max(x, y)/64
 	}
 	return a.Nodes != b.Nodes || a.FreeGPU != b.FreeGPU || a.LargestFreeGPU != b.LargestFreeGPU ||
+		a.AllocGPU != b.AllocGPU || !near(a.AllocMilliCPU, b.AllocMilliCPU) || !near(a.AllocMemory, b.AllocMemory) ||
 		!near(a.FreeMilliCPU, b.FreeMilliCPU) || !near(a.FreeMemory, b.FreeMemory) ||
 		!near(a.LargestCPU, b.LargestCPU) || !near(a.LargestMemory, b.LargestMemory)
 }

@@ -621,6 +621,9 @@ func TestCapacityPublished(t *testing.T) {
 	if len(pub) != 1 || pub[0].FreeMilliCPU != 12000 || pub[0].LargestCPU != 8000 || pub[0].Nodes != 2 || pub[0].FreeMemory != 128*gi {
 		t.Fatalf("published %+v, want 12 CPU free on 2 nodes, largest 8", pub)
 	}
+	if pub[0].AllocMilliCPU != 12000 || pub[0].LargestAllocCPU != 8000 || pub[0].AllocMemory != 128*gi {
+		t.Fatalf("published %+v, want 12 CPU allocatable on the schedulable nodes, largest 8", pub)
+	}
 	r.cycles(t, 10) // nothing changed: nothing new
 	if len(r.peers.published) != 1 {
 		t.Fatalf("published %d times with nothing changed", len(r.peers.published))
@@ -767,5 +770,183 @@ func TestLostReservationAdmittedAgain(t *testing.T) {
 	}
 	if b := r.binder.Binds(); len(b) != 0 {
 		t.Fatalf("the owner bound %v although shard-t holds the claim", b)
+	}
+}
+
+// starvingGang adds, created now on the rig's clock, a job of n tasks of
+// cpu cores (minMember n) in queue q.
+func (r *rig) starvingGang(uid string, n int, cpu int64) {
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: int32(n), Phase: api.JobPending, Created: r.clock()})
+	for i := 0; i < n; i++ {
+		t := api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", uid, i), UID: fmt.Sprintf("%s-%d", uid, i), Job: uid,
+			Request: api.NewResource(cpu*1000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano", Created: r.clock()}
+		r.claims.mu.Lock()
+		r.claims.jobOf[t.UID] = uid
+		r.claims.mu.Unlock()
+		r.c.AddOrUpdateTask(t)
+	}
+}
+
+// running puts a running pod of cpu cores on node.
+func (r *rig) running(uid, node string, cpu int64, phase api.TaskPhase) {
+	r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: uid, UID: uid, Job: "other", NodeName: node, Phase: phase,
+		Request: api.NewResource(cpu*1000, gi, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+}
+
+// withAlloc is a capacity with no room now whose nodes, empty, hold
+// allocCPU cores in all and largestCPU on one.
+func withAlloc(allocCPU, largestCPU int64) wire.Capacity {
+	c := capacity(1, 1)
+	c.AllocMilliCPU, c.LargestAllocCPU, c.AllocMemory, c.LargestAllocMem = allocCPU*1000, largestCPU*1000, 1<<40, 1<<40
+	return c
+}
+
+// A gang too large for its owner's nodes even were they empty, for which
+// no shard has room now, is offered once it starves (not before) to a
+// shard whose nodes could hold it empty, the one with the most free now;
+// one whose nodes are too few or too small is skipped. Without that offer
+// it waited until some shard had room for it all at once.
+func TestStarvingGangOfferedToShardThatCanHold(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("a", 8)
+	r.node("b", 8) // 16 CPU here: a gang of 3 × 8 never fits
+	few, small := withAlloc(16, 8), withAlloc(64, 4)
+	can, canMore := withAlloc(32, 8), withAlloc(32, 8)
+	canMore.FreeMilliCPU = 2000
+	r.peers.members = []wire.Meta{{ID: "shard-few", Capacity: few}, {ID: "shard-small", Capacity: small},
+		{ID: "shard-can", Capacity: can}, {ID: "shard-more", Capacity: canMore}}
+	r.starvingGang("big", 3, 8)
+	r.cycles(t, 5)
+	if got := r.claims.Offered(); len(got) != 0 {
+		t.Fatalf("offers %v before the gang starved, with no shard's room fitting it", got)
+	}
+	r.advance(r.s.cfg.StarveAfter)
+	r.cycles(t, 1)
+	if got := r.claims.Offered(); len(got) != 1 || got[0] != "big→shard-more" {
+		t.Fatalf("offers %v, want one to shard-more (can hold it, most free)", got)
+	}
+	if st := r.s.Stats(); st.HoldOffers != 1 || st.Offers != 1 || st.Holds != 0 {
+		t.Fatalf("stats %+v, want 1 offer to hold and no hold here", st)
+	}
+	// shard-more refuses: the next goes to shard-can, never to the others.
+	r.claims.remove("big")
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 2 || got[1] != "big→shard-can" {
+		t.Fatalf("offers %v, want the second to shard-can", got)
+	}
+	r.claims.remove("big")
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 2 {
+		t.Fatalf("offers %v, want none to shards whose nodes cannot hold the gang", got)
+	}
+}
+
+// A starving gang that its owner's nodes could hold is held for where
+// most is free: offered to a shard that could hold it with more free than
+// the owner (fewer pods to wait for), never to one with less.
+func TestStarvingGangHeldWhereMostIsFree(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("a", 8)
+	r.node("b", 8)
+	r.running("busy-a", "a", 6, api.TaskRunning)
+	r.running("busy-b", "b", 6, api.TaskRunning) // 4 CPU free here
+	less, more := withAlloc(64, 8), withAlloc(64, 8)
+	less.FreeMilliCPU, more.FreeMilliCPU = 3000, 12000
+	r.peers.members = []wire.Meta{{ID: "shard-less", Capacity: less}, {ID: "shard-more", Capacity: more}}
+	r.starvingGang("pair", 2, 8)
+	r.cycles(t, 3)
+	if got := r.claims.Offered(); len(got) != 0 {
+		t.Fatalf("offers %v before the gang starved", got)
+	}
+	r.advance(r.s.cfg.StarveAfter)
+	r.cycles(t, 1)
+	if got := r.claims.Offered(); len(got) != 1 || got[0] != "pair→shard-more" {
+		t.Fatalf("offers %v, want one to shard-more", got)
+	}
+	if st := r.s.Stats(); st.Holds != 0 || st.HoldOffers != 1 {
+		t.Fatalf("stats %+v, want no hold here and one offer to hold", st)
+	}
+	// shard-more refuses: shard-less has less free than here, so the
+	// owner holds nodes itself.
+	r.claims.remove("pair")
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 1 {
+		t.Fatalf("offers %v, want none to a shard with less free", got)
+	}
+	if st := r.s.Stats(); st.Holds != 1 {
+		t.Fatalf("stats %+v, want a hold here once no freer shard takes it", st)
+	}
+}
+
+// A gang that fits its owner's nodes when empty, where no shard that
+// could hold it has more free, is held for there, not offered.
+func TestStarvingGangThatFitsHereIsNotOfferedToHold(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("a", 8)
+	r.node("b", 8)
+	r.running("busy-a", "a", 6, api.TaskRunning)
+	r.running("busy-b", "b", 6, api.TaskRunning)
+	r.peers.members = []wire.Meta{{ID: "shard-can", Capacity: withAlloc(64, 8)}}
+	r.starvingGang("pair", 2, 8)
+	r.advance(r.s.cfg.StarveAfter)
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 0 {
+		t.Fatalf("offers %v of a gang this shard can hold for", got)
+	}
+	if st := r.s.Stats(); st.Holds != 1 {
+		t.Fatalf("stats %+v, want a hold here", st)
+	}
+}
+
+// The shard offered a starving gang that does not fit now claims it when
+// it can hold nodes for it, keeps the claim past ClaimGiveUp while the
+// held nodes drain (younger jobs go elsewhere), and binds the gang there
+// under the claim. A gang that has not starved yet is refused as before.
+func TestClaimerHoldsForStarvingGang(t *testing.T) {
+	r := newRig(t, "shard-t", wire.QueueKey("q")) // not the queue's owner
+	for _, n := range []string{"n1", "n2", "n3"} {
+		r.node(n, 8)
+		r.running("busy-"+n, n, 5, api.TaskRunning) // 3 CPU free on each
+	}
+	r.starvingGang("starved", 2, 6)
+	r.advance(r.s.cfg.StarveAfter - time.Second)
+	r.starvingGang("fresh", 2, 6)
+	r.advance(time.Second) // "starved" has waited StarveAfter, "fresh" 1 s
+	for _, uid := range []string{"starved", "fresh"} {
+		if _, err := r.quota.Reserve(context.Background(), wire.JobRef{Namespace: "ns", Name: uid, UID: uid}, "q", api.NewResource(12000, 0, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.claims.put(wire.Claim{Job: "starved", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
+	r.claims.put(wire.Claim{Job: "fresh", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
+	r.cycles(t, 1)
+	if _, ok := r.claims.get("fresh"); ok {
+		t.Fatal("an offer of a gang that has not starved and does not fit was not refused")
+	}
+	c, ok := r.claims.get("starved")
+	if !ok || c.State != wire.Claimed {
+		t.Fatalf("record of the starving gang: %+v (present %v), want claimed", c, ok)
+	}
+	h := r.s.held.byJob["starved"]
+	if h == nil || len(h.nodes) != 2 {
+		t.Fatalf("holds %+v, want two nodes held for the claimed gang", r.s.held)
+	}
+	// Past ClaimGiveUp the claim stays: its nodes are draining.
+	r.advance(2 * r.s.cfg.ClaimGiveUp)
+	r.cycles(t, 3)
+	if c, ok := r.claims.get("starved"); !ok || c.State != wire.Claimed {
+		t.Fatalf("claim given up while its held nodes drain: %+v (present %v)", c, ok)
+	}
+	// The pods on the held nodes finish: the gang binds there, under the claim.
+	for n := range h.nodes {
+		r.running("busy-"+n, n, 5, api.TaskSucceeded)
+	}
+	r.cycles(t, 2)
+	b := r.binder.Binds()
+	if !h.nodes[b["starved-0"]] || !h.nodes[b["starved-1"]] || len(b) != 2 || r.binder.unfenced != 0 {
+		t.Fatalf("binds %v (%d outside the claim), want the gang on its held nodes %v", b, r.binder.unfenced, h.nodes)
+	}
+	if len(r.s.held.byJob) != 0 {
+		t.Fatalf("hold still on after the gang was placed: %+v", r.s.held)
 	}
 }

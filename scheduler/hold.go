@@ -24,6 +24,8 @@ import (
 // emptied for a gang of higher priority, which takes them at once. A hold ends when its gang
 // is placed, gone or no longer this shard's, or after MaxHold (then the
 // same gang is not held again for MaxHold, so another may take a turn).
+// A gang its queue owner's nodes could not hold even empty is offered to a
+// shard whose nodes could (offerToHold), which holds for it as a claimer.
 //
 // Why several: a hold takes a pod lifetime to drain its nodes, and on a
 // large shard gangs of 128 arrive about every second. Measured on the
@@ -130,21 +132,24 @@ func (s *Scheduler) holdBudget(nodes []*api.NodeBooks) int {
 // filter (selectors, taints, GPUs) counts. It reports whether it held.
 // Gangs come oldest first (placeAdmitted's order): once one finds the
 // budget spent, the younger ones of the cycle get no hold either.
-func (s *Scheduler) maybeHold(j *api.Job, gang []*api.Task, need int, nodes []*api.NodeBooks) bool {
+// neverFits reports that the gang is starving and would not fit this
+// shard's nodes not held for others even were they empty: no hold here
+// can help it (offerToHold hands it to a shard where one can).
+func (s *Scheduler) maybeHold(j *api.Job, gang []*api.Task, need int, nodes []*api.NodeBooks) (held, neverFits bool) {
 	now := s.cfg.Now()
-	if s.held.byJob[j.UID] != nil || need < 2 || j.Created.IsZero() || now.Sub(j.Created) < s.cfg.StarveAfter {
-		return false
+	if s.held.byJob[j.UID] != nil || !s.starving(j, need) {
+		return false, false
 	}
 	if at, ok := s.heldBefore[j.UID]; ok && now.Sub(at) < s.cfg.MaxHold {
-		return false // its last hold ran out: give other gangs a turn
+		return false, false // its last hold ran out: give other gangs a turn
 	}
 	if s.held.full {
-		return false // an older gang waits for the budget: it goes first
+		return false, false // an older gang waits for the budget: it goes first
 	}
 	budget := s.holdBudget(nodes)
 	if len(s.held.byJob) > 0 && len(s.held.byNode) >= budget {
 		s.held.full = true
-		return false
+		return false, false
 	}
 	type cand struct {
 		b    *api.NodeBooks
@@ -167,7 +172,7 @@ func (s *Scheduler) maybeHold(j *api.Job, gang []*api.Task, need int, nodes []*a
 	pc.Sample = 0
 	plan := placement.PlaceGang(pc, gang[:min(need, len(gang))], empty, need, nil)
 	if !plan.OK {
-		return false // the gang would not fit this shard even on empty nodes
+		return false, true // the gang would not fit this shard even on empty nodes
 	}
 	picked := map[string]bool{}
 	for _, node := range plan.Assignments {
@@ -175,14 +180,20 @@ func (s *Scheduler) maybeHold(j *api.Job, gang []*api.Task, need int, nodes []*a
 	}
 	if len(s.held.byJob) > 0 && len(s.held.byNode)+len(picked) > budget {
 		s.held.full = true // it waits for a hold to end; younger gangs wait behind it
-		return false
+		return false, false
 	}
 	s.held.set(j.UID, picked, now)
 	s.heldBefore[j.UID] = now
 	s.stats.holds.Add(1)
 	s.log.Info("holding nodes for a starving gang", "job", j.Key(), "gang", need, "nodes", len(picked),
 		"holds", len(s.held.byJob), "nodes held", len(s.held.byNode), "waited", now.Sub(j.Created).Round(time.Millisecond))
-	return true
+	return true, false
+}
+
+// starving reports whether j, a gang of need tasks that did not fit, has
+// waited long enough for nodes to be held for it.
+func (s *Scheduler) starving(j *api.Job, need int) bool {
+	return need >= 2 && !j.Created.IsZero() && s.cfg.Now().Sub(j.Created) >= s.cfg.StarveAfter
 }
 
 // endHold ends each hold whose gang was placed, is gone, is no longer this

@@ -147,11 +147,27 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 				unheld = nil // a new hold: the nodes others may use changed
 				continue
 			}
-			if role == asOwner && s.maybeHold(j, ready, need, nodes) {
-				unheld = nil
+			if role == asOwner && s.held.byJob[j.UID] == nil && s.starving(j, need) &&
+				s.offerToHold(ctx, j, ready[:need], s.ownFree(ready[:need])) {
+				continue // a shard with more free holds for it
+			}
+			if role == asOwner {
+				held, neverFits := s.maybeHold(j, ready, need, nodes)
+				if held {
+					unheld = nil
+				}
+				if neverFits && s.offerToHold(ctx, j, ready[:need], -1) {
+					continue
+				}
 			}
 			if role == asClaimer {
-				s.claimStuck(ctx, j)
+				if s.held.byJob[j.UID] != nil {
+					// Claimed to be held for (takeOffers): it waits for
+					// its nodes to drain, for at most MaxHold.
+					delete(s.ho.stuck, j.UID)
+				} else {
+					s.claimStuck(ctx, j)
+				}
 				continue
 			}
 			if len(nodes) == 0 {

@@ -147,7 +147,7 @@ type Scheduler struct {
 
 	stats struct {
 		cycles, binds, bindFailures, admitted, quotaWaits, assumeRefused, holds atomic.Int64
-		offers, offerTimeouts, claims, refusals                                 atomic.Int64
+		offers, offerTimeouts, claims, refusals, holdOffers                     atomic.Int64
 		orphans, bindsInDoubt, lostReservations                                 atomic.Int64
 	}
 	obs Observer
@@ -322,8 +322,11 @@ type Stats struct {
 	// AssumeRefused counts gang plans dropped because the cache refused
 	// one of their tasks (the node changed since the cycle's snapshot).
 	AssumeRefused int64
-	// Holds counts node holds started for starving gangs.
-	Holds int64
+	// Holds counts node holds started for starving gangs. HoldOffers
+	// counts the offers (also in Offers) of starving gangs that fit on no
+	// shard's free room, to a shard whose nodes could hold them when empty,
+	// there to be held for.
+	Holds, HoldOffers int64
 	// Orphans counts reservations released by reconciliation because no
 	// job they could cover exists.
 	Orphans int64
@@ -339,7 +342,7 @@ func (s *Scheduler) Stats() Stats {
 	return Stats{Cycles: s.stats.cycles.Load(), Binds: s.stats.binds.Load(), BindFailures: s.stats.bindFailures.Load(),
 		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load(),
 		Offers: s.stats.offers.Load(), OfferTimeouts: s.stats.offerTimeouts.Load(), Claims: s.stats.claims.Load(), Refusals: s.stats.refusals.Load(),
-		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load(), Orphans: s.stats.orphans.Load(),
+		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load(), HoldOffers: s.stats.holdOffers.Load(), Orphans: s.stats.orphans.Load(),
 		BindsInDoubt: s.stats.bindsInDoubt.Load(), LostReservations: s.stats.lostReservations.Load()}
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardsched/shardsched/scheduler"
+
 	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/bench/workload"
@@ -379,6 +381,20 @@ func (d *driver) stepFigures(e ending) {
 		conflicts += int64(bs.Conflicts)
 	}
 	run.StatusWrites, run.StatusConflicts = statusWrites, conflicts
+	if len(d.s.procs) > 1 {
+		var ho scheduler.Stats
+		for _, p := range d.s.procs {
+			st := p.Sched.Stats()
+			ho.Offers += st.Offers
+			ho.HoldOffers += st.HoldOffers
+			ho.Claims += st.Claims
+			ho.Refusals += st.Refusals
+			ho.OfferTimeouts += st.OfferTimeouts
+			ho.Holds += st.Holds
+		}
+		run.Notes = append(run.Notes, fmt.Sprintf("hand-off between shards: %d offers (%d of them of starving gangs to a shard that could hold nodes for them), %d claimed, %d refused or given back, %d withdrawn unclaimed; %d starvation holds",
+			ho.Offers, ho.HoldOffers, ho.Claims, ho.Refusals, ho.OfferTimeouts, ho.Holds))
+	}
 	if st.Binds > 0 {
 		run.APIWritesPerPod = float64(st.Binds+st.BindRefused+statusWrites+st.Events) / float64(st.Binds)
 	}
