@@ -27,7 +27,9 @@ func TestNameIndexCollisions(t *testing.T) {
 		}
 		var live []*taskEntry
 		for step := 0; step < 5000; step++ {
-			switch op := rng.IntN(3); {
+			switch op := rng.IntN(4); {
+			case op == 3 && len(live) > 0: // a task updated under its own name (put, no remove)
+				x.put(live[rng.IntN(len(live))])
 			case op == 0 || len(live) == 0: // a task under a name, replacing any other of that name
 				e := entry()
 				key := objKey{e.obj.Namespace, e.obj.Name}
@@ -80,4 +82,29 @@ func drop(es []*taskEntry, e *taskEntry) []*taskEntry {
 		}
 	}
 	return es
+}
+
+// The cache keeps its invariants, the name index's included, through
+// re-created, renamed, updated and deleted tasks when every name has the
+// same hash.
+func TestCacheWithCollidingNames(t *testing.T) {
+	c := New(Options{})
+	c.lock()
+	c.taskNames.hash = func(string, string) uint64 { return 1 }
+	c.unlock()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for step := 0; step < 3000; step++ {
+		name, uid := fmt.Sprintf("t%d", rng.IntN(30)), fmt.Sprintf("u%d", rng.IntN(60))
+		switch rng.IntN(4) {
+		case 0:
+			c.DeleteTask(uid)
+		default: // a task added or updated, maybe under another UID's name
+			tk := api.Task{Namespace: "ns", Name: name, UID: uid, Job: "j", Phase: api.TaskPending,
+				Request: api.NewResource(1000, 1<<20, map[string]int64{api.Pods: 1})}
+			c.AddOrUpdateTask(tk)
+		}
+		if err := verify(c); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+	}
 }

@@ -34,12 +34,15 @@
 // place the job for ClaimGiveUp gives it back; a dead claimer's record
 // vanishes with its lease. In each case the owner places the job again or
 // offers it to another shard (not to one that refused it within
-// RefusedFor). A starving gang (hold.go) that no shard has room for now and
-// that the owner's nodes could not hold even empty is offered to a shard
-// whose nodes could (the gossip also carries what the nodes hold when
-// empty); that shard claims it only if it can hold nodes for it, and keeps
-// the claim while the hold lasts (at most MaxHold) instead of giving it
-// back after ClaimGiveUp. The record is deleted when the job is gone (by the claimer,
+// RefusedFor). A starving gang (hold.go) that no shard has room for now is
+// held for where the fewest pods must finish first: it is offered to the
+// shard that could hold it (the gossip also carries what the nodes hold
+// when empty) with the most free of what it asks for (GPUs, else CPU), if
+// that is clearly more than its owner has free or if the owner's nodes
+// could not hold it even empty. That shard claims it only if it can hold
+// nodes for it, and keeps the claim while the hold lasts (at most MaxHold)
+// instead of giving it back after ClaimGiveUp; a starving gang offered for
+// room that no longer fits is held for the same way. The record is deleted when the job is gone (by the claimer,
 // or by the owner when it releases the reservation). The owner treats a job
 // as unclaimed only when its view of the records is at least as new as its
 // acquisition of the queue's record (only that record's holder creates

@@ -1,10 +1,12 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
@@ -205,17 +207,22 @@ func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) boo
 // on a busy cluster of many shards may be never: a gang of 16 GPU nodes'
 // worth against 8 shards of about 20 GPU nodes each.
 //
-// freerThan > -1 limits the offer to shards with more of it free than that
-// (this shard's own free amount): a starving gang is held for where the
-// fewest pods must finish first, here only if no shard that could hold it
-// has more free.
+// freerThan > -1 limits the offer to shards with more than that free
+// (holdHereUpTo): a starving gang is held for where the fewest pods must
+// finish first, here unless a shard that could hold it has clearly more
+// free. A shard that refused a gang offered to hold is not offered it again
+// for holdRefusedFor: it refuses while its own holds use its budget, or
+// for MaxHold after its hold for that gang ran out.
 func (s *Scheduler) offerToHold(ctx context.Context, j *api.Job, gang []*api.Task, freerThan int64) bool {
 	return s.offerTo(ctx, j, gang, true, freerThan)
 }
 
-// ownFree is this shard's free amount as offerToHold compares it: GPUs for
-// a gang that asks for GPUs, else CPU, from the capacity last published.
-func (s *Scheduler) ownFree(gang []*api.Task) int64 {
+// holdHereUpTo is how much a shard must have free, beyond which a starving
+// gang is offered to it rather than held for here: this shard's free
+// amount (GPUs for a gang that asks for GPUs, else CPU, as last published)
+// plus a quarter of what the gang asks of it, so that near ties do not
+// move gangs between shards.
+func (s *Scheduler) holdHereUpTo(gang []*api.Task) int64 {
 	sum, _, ok := gangNeeds(gang)
 	if !ok {
 		return math.MaxInt64
@@ -224,11 +231,15 @@ func (s *Scheduler) ownFree(gang []*api.Task) int64 {
 	if s.ho.capAt.IsZero() {
 		c = s.capacity() // nothing published yet
 	}
-	if sum.Get(gpuResource) > 0 {
-		return c.FreeGPU
+	if g := sum.Get(gpuResource); g > 0 {
+		return satAdd(c.FreeGPU, g/4)
 	}
-	return c.FreeMilliCPU
+	return satAdd(c.FreeMilliCPU, sum.MilliCPU/4)
 }
+
+// holdRefusedFor is how long a shard that refused a gang offered to hold
+// is not offered it again.
+func (c *Config) holdRefusedFor() time.Duration { return 6 * c.RefusedFor }
 
 func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, toHold bool, freerThan int64) bool {
 	if !s.handoffOn() || s.jobBinds(j.UID) > 0 {
@@ -239,8 +250,9 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 		return false
 	}
 	fits, free := capacityFits, func(c wire.Capacity) int64 { return c.FreeMilliCPU }
+	refusedFor := s.cfg.RefusedFor
 	if toHold {
-		fits = allocFits
+		fits, refusedFor = allocFits, s.cfg.holdRefusedFor()
 		if sum.Get(gpuResource) > 0 {
 			free = func(c wire.Capacity) int64 { return c.FreeGPU }
 		}
@@ -254,7 +266,7 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 		if m.ID == me || !fits(m.Capacity, sum, largest) || free(m.Capacity) <= freerThan {
 			continue
 		}
-		if at, ok := s.ho.refused[j.UID][m.ID]; ok && now.Sub(at) < s.cfg.RefusedFor {
+		if at, ok := s.ho.refused[j.UID][m.ID]; ok && now.Sub(at) < refusedFor {
 			continue
 		}
 		if best == nil || free(m.Capacity) > free(best.Capacity) ||
@@ -277,8 +289,8 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 			msg = "starving gang offered to a shard that can hold nodes for it"
 		}
 		s.ho.offers[j.UID] = sentOffer{to: best.ID, at: now}
-		s.log.Info(msg, "job", j.Key(), "to", best.ID,
-			"gang", len(gang), "gang cpu", sum.MilliCPU, "their free cpu", best.Capacity.FreeMilliCPU)
+		s.log.Info(msg, "job", j.Key(), "to", best.ID, "gang", len(gang), "gang cpu", sum.MilliCPU, "gang gpu", sum.Get(gpuResource),
+			"their free cpu", best.Capacity.FreeMilliCPU, "their free gpu", best.Capacity.FreeGPU)
 		return true
 	case errors.Is(err, wire.ErrNotQueueOwner):
 		return false
@@ -322,7 +334,20 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 		byUID[j.UID] = j
 	}
 	nodes := s.unheld(s.snap.Nodes()) // nodes held for a starving gang take no other job
-	s.held.full = false               // this cycle's holds start here (maybeHold)
+	// Oldest first, as placeAdmitted goes, so that the oldest gang offered
+	// takes a hold first. s.held.full is the last placement pass's: a gang
+	// of this shard's own that found the hold budget spent goes first.
+	byAge := func(c wire.Claim) (time.Time, string) {
+		if j := byUID[c.Job]; j != nil {
+			return j.Created, c.Job
+		}
+		return time.Time{}, c.Job
+	}
+	slices.SortFunc(mine, func(a, b wire.Claim) int {
+		ta, ua := byAge(a)
+		tb, ub := byAge(b)
+		return cmp.Or(ta.Compare(tb), cmp.Compare(ua, ub))
+	})
 	for _, c := range mine {
 		j := byUID[c.Job]
 		if c.State == wire.Claimed {
@@ -366,6 +391,7 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 			if held {
 				s.held.end(j.UID)
 				delete(s.heldBefore, j.UID)
+				s.stats.holds.Add(-1)
 				nodes = s.unheld(s.snap.Nodes())
 			}
 			s.log.Debug("claim lost", "job", j.Key(), "err", err)
@@ -447,7 +473,7 @@ func (s *Scheduler) forgetJob(ctx context.Context, uid string) {
 }
 
 // pruneHandoff forgets hand-off state of jobs that are gone and refusals
-// older than RefusedFor.
+// older than any offer looks back (holdRefusedFor).
 func (s *Scheduler) pruneHandoff(live map[string]bool) {
 	now := s.cfg.Now()
 	for uid := range s.ho.offers {
@@ -457,7 +483,7 @@ func (s *Scheduler) pruneHandoff(live map[string]bool) {
 	}
 	for uid, r := range s.ho.refused {
 		for to, at := range r {
-			if now.Sub(at) >= s.cfg.RefusedFor {
+			if now.Sub(at) >= max(s.cfg.RefusedFor, s.cfg.holdRefusedFor()) {
 				delete(r, to)
 			}
 		}
@@ -647,7 +673,9 @@ func noticeable(a, b wire.Capacity) bool {
 		return d <= max(x, y)/64
 	}
 	return a.Nodes != b.Nodes || a.FreeGPU != b.FreeGPU || a.LargestFreeGPU != b.LargestFreeGPU ||
-		a.AllocGPU != b.AllocGPU || !near(a.AllocMilliCPU, b.AllocMilliCPU) || !near(a.AllocMemory, b.AllocMemory) ||
+		a.AllocGPU != b.AllocGPU || a.LargestAllocGPU != b.LargestAllocGPU ||
+		!near(a.AllocMilliCPU, b.AllocMilliCPU) || !near(a.AllocMemory, b.AllocMemory) ||
+		!near(a.LargestAllocCPU, b.LargestAllocCPU) || !near(a.LargestAllocMem, b.LargestAllocMem) ||
 		!near(a.FreeMilliCPU, b.FreeMilliCPU) || !near(a.FreeMemory, b.FreeMemory) ||
 		!near(a.LargestCPU, b.LargestCPU) || !near(a.LargestMemory, b.LargestMemory)
 }

@@ -258,6 +258,8 @@ type fakeClaims struct {
 	inUse   map[string]int
 	jobOf   map[string]string // task UID → job UID, to tell claimed binds
 	offered []string          // "uid→to" of every offer made
+	// claimErr, if set, is what Claim answers (a claim lost to a race).
+	claimErr error
 }
 
 func newFakeClaims(me string) *fakeClaims {
@@ -338,6 +340,12 @@ func (f *fakeClaims) Offer(_ context.Context, uid, queue, to string) (wire.Claim
 	return f.put(wire.Claim{Job: uid, Queue: queue, From: f.me, To: to, State: wire.Offered}), nil
 }
 func (f *fakeClaims) Claim(_ context.Context, uid string, rev int64) (wire.Claim, error) {
+	f.mu.Lock()
+	err := f.claimErr
+	f.mu.Unlock()
+	if err != nil {
+		return wire.Claim{}, err
+	}
 	c, ok := f.get(uid)
 	if !ok || c.Rev != rev {
 		return wire.Claim{}, wire.ErrClaimChanged
@@ -931,11 +939,20 @@ func TestClaimerHoldsForStarvingGang(t *testing.T) {
 	if h == nil || len(h.nodes) != 2 {
 		t.Fatalf("holds %+v, want two nodes held for the claimed gang", r.s.held)
 	}
-	// Past ClaimGiveUp the claim stays: its nodes are draining.
+	// Past ClaimGiveUp the claim stays: its nodes are draining, and a
+	// younger job of this shard's own goes to the node not held.
 	r.advance(2 * r.s.cfg.ClaimGiveUp)
 	r.cycles(t, 3)
 	if c, ok := r.claims.get("starved"); !ok || c.State != wire.Claimed {
 		t.Fatalf("claim given up while its held nodes drain: %+v (present %v)", c, ok)
+	}
+	r.own.mu.Lock()
+	delete(r.own.notHeld, wire.QueueKey("q")) // this shard now owns queue q too
+	r.own.mu.Unlock()
+	r.starvingGang("small", 1, 2)
+	r.cycles(t, 3)
+	if node, ok := r.binder.Binds()["small-0"]; !ok || h.nodes[node] {
+		t.Fatalf("younger job bound to %q (bound: %v), want the node not held (held %v)", node, ok, h.nodes)
 	}
 	// The pods on the held nodes finish: the gang binds there, under the claim.
 	for n := range h.nodes {
@@ -943,10 +960,75 @@ func TestClaimerHoldsForStarvingGang(t *testing.T) {
 	}
 	r.cycles(t, 2)
 	b := r.binder.Binds()
+	delete(b, "small-0")
 	if !h.nodes[b["starved-0"]] || !h.nodes[b["starved-1"]] || len(b) != 2 || r.binder.unfenced != 0 {
 		t.Fatalf("binds %v (%d outside the claim), want the gang on its held nodes %v", b, r.binder.unfenced, h.nodes)
 	}
 	if len(r.s.held.byJob) != 0 {
 		t.Fatalf("hold still on after the gang was placed: %+v", r.s.held)
+	}
+}
+
+// A claim lost after the claimer held nodes for the gang undoes the hold
+// (and its count), so that nothing is held for a job placed elsewhere; the
+// next offer is claimed and held for at once.
+func TestClaimLostUndoesTheHold(t *testing.T) {
+	r := newRig(t, "shard-t", wire.QueueKey("q"))
+	for _, n := range []string{"n1", "n2"} {
+		r.node(n, 8)
+		r.running("busy-"+n, n, 5, api.TaskRunning)
+	}
+	r.starvingGang("g", 2, 6)
+	if _, err := r.quota.Reserve(context.Background(), wire.JobRef{Namespace: "ns", Name: "g", UID: "g"}, "q", api.NewResource(12000, 0, nil)); err != nil {
+		t.Fatal(err)
+	}
+	r.advance(r.s.cfg.StarveAfter)
+	r.claims.put(wire.Claim{Job: "g", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
+	r.claims.mu.Lock()
+	r.claims.claimErr = wire.ErrClaimChanged
+	r.claims.mu.Unlock()
+	r.cycles(t, 1)
+	if len(r.s.held.byJob) != 0 || len(r.s.held.byNode) != 0 || r.s.Stats().Holds != 0 {
+		t.Fatalf("claim lost, yet holds %+v (stats %+v)", r.s.held, r.s.Stats())
+	}
+	r.claims.mu.Lock()
+	r.claims.claimErr = nil
+	r.claims.mu.Unlock()
+	r.cycles(t, 1)
+	if c, ok := r.claims.get("g"); !ok || c.State != wire.Claimed || r.s.held.byJob["g"] == nil || r.s.Stats().Holds != 1 {
+		t.Fatalf("record %+v (present %v), holds %+v: want it claimed and held for", c, ok, r.s.held)
+	}
+}
+
+// A starving GPU gang goes where GPUs are free, whatever the CPU: its
+// owner has no GPU node, a shard with the most free CPU has too few GPUs
+// to hold it even empty, and of the two that could hold it the one with
+// more free GPUs gets it.
+func TestStarvingGPUGangGoesWhereGPUsAreFree(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("cpu-only", 64)
+	gpus := func(freeCPU, freeGPU, allocGPU int64) wire.Capacity {
+		c := withAlloc(1024, 64)
+		c.FreeMilliCPU, c.FreeGPU, c.AllocGPU, c.LargestAllocGPU = freeCPU*1000, freeGPU, allocGPU, 8
+		return c
+	}
+	r.peers.members = []wire.Meta{
+		{ID: "shard-cpu", Capacity: gpus(900, 8, 8)}, // 8 GPUs in all: 16 never fit
+		{ID: "shard-few", Capacity: gpus(10, 4, 32)},
+		{ID: "shard-many", Capacity: gpus(5, 12, 32)},
+	}
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "gpu", UID: "gpu", Queue: "q", MinMember: 4, Phase: api.JobPending, Created: r.clock()})
+	for i := 0; i < 4; i++ {
+		tk := api.Task{Namespace: "ns", Name: fmt.Sprintf("gpu-%d", i), UID: fmt.Sprintf("gpu-%d", i), Job: "gpu",
+			Request: api.NewResource(4000, gi, map[string]int64{api.Pods: 1, "nvidia.com/gpu": 4}), Phase: api.TaskPending, SchedulerName: "volcano", Created: r.clock()}
+		r.claims.mu.Lock()
+		r.claims.jobOf[tk.UID] = "gpu"
+		r.claims.mu.Unlock()
+		r.c.AddOrUpdateTask(tk)
+	}
+	r.advance(r.s.cfg.StarveAfter)
+	r.cycles(t, 1)
+	if got := r.claims.Offered(); len(got) != 1 || got[0] != "gpu→shard-many" {
+		t.Fatalf("offers %v, want one to shard-many (most free GPUs among those that could hold 16)", got)
 	}
 }

@@ -148,7 +148,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 				continue
 			}
 			if role == asOwner && s.held.byJob[j.UID] == nil && s.starving(j, need) &&
-				s.offerToHold(ctx, j, ready[:need], s.ownFree(ready[:need])) {
+				s.offerToHold(ctx, j, ready[:need], s.holdHereUpTo(ready[:need])) {
 				continue // a shard with more free holds for it
 			}
 			if role == asOwner {

@@ -155,11 +155,23 @@ type delegate Shard
 func (d *delegate) NodeMeta(limit int) []byte {
 	d.metaMu.Lock()
 	defer d.metaMu.Unlock()
-	b, err := json.Marshal(d.meta)
-	if err != nil || len(b) > limit {
-		// Never exceed the limit: fall back to the ID alone.
-		b, _ = json.Marshal(Meta{ID: d.meta.ID})
+	return metaWithin(d.meta, limit)
+}
+
+// metaWithin encodes m in at most limit bytes, leaving out what matters
+// least first: the nodes' allocatable (used only to hand starving gangs
+// over), then the capacity, then the API address. New checks at start-up
+// that the ID and API address fit with an empty capacity.
+func metaWithin(m Meta, limit int) []byte {
+	noAlloc := m
+	noAlloc.Capacity.AllocMilliCPU, noAlloc.Capacity.AllocMemory, noAlloc.Capacity.AllocGPU = 0, 0, 0
+	noAlloc.Capacity.LargestAllocCPU, noAlloc.Capacity.LargestAllocMem, noAlloc.Capacity.LargestAllocGPU = 0, 0, 0
+	for _, try := range []Meta{m, noAlloc, {ID: m.ID, API: m.API}} {
+		if b, err := json.Marshal(try); err == nil && len(b) <= limit {
+			return b
+		}
 	}
+	b, _ := json.Marshal(Meta{ID: m.ID})
 	return b
 }
 func (d *delegate) NotifyMsg([]byte)                           {}
