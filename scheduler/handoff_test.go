@@ -1032,3 +1032,63 @@ func TestStarvingGPUGangGoesWhereGPUsAreFree(t *testing.T) {
 		t.Fatalf("offers %v, want one to shard-many (most free GPUs among those that could hold 16)", got)
 	}
 }
+
+// A GPU job that fits its owner's nodes goes to the shard with room for it
+// and the fewest GPUs free, if that is a node's worth fewer than its
+// owner's, so that GPU jobs pack onto the busiest shards and leave whole
+// GPU nodes free elsewhere; a CPU job, or one with no shard busier by a
+// node's worth, is placed at home.
+func TestGPUJobsPackOntoTheBusiestShard(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.c.AddOrUpdateNode(api.Node{Name: "gpu-1", UID: "gpu-1", Allocatable: api.NewResource(64000, 256*gi, map[string]int64{api.Pods: 110, "nvidia.com/gpu": 8})})
+	r.c.AddOrUpdateNode(api.Node{Name: "gpu-2", UID: "gpu-2", Allocatable: api.NewResource(64000, 256*gi, map[string]int64{api.Pods: 110, "nvidia.com/gpu": 8})})
+	gpus := func(free int64) wire.Capacity {
+		c := capacity(100, 64)
+		c.FreeGPU, c.LargestFreeGPU = free, min(free, 8)
+		return c
+	}
+	r.peers.members = []wire.Meta{
+		{ID: "shard-full", Capacity: gpus(1)}, // no room for 2 GPUs
+		{ID: "shard-busy", Capacity: gpus(4)},
+		{ID: "shard-busier", Capacity: gpus(3)},
+		{ID: "shard-idle", Capacity: gpus(16)},
+	}
+	job := func(uid string, gpu int64) {
+		r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: 2, Phase: api.JobPending, Created: r.clock()})
+		for i := 0; i < 2; i++ {
+			sc := map[string]int64{api.Pods: 1}
+			if gpu > 0 {
+				sc["nvidia.com/gpu"] = gpu
+			}
+			tk := api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", uid, i), UID: fmt.Sprintf("%s-%d", uid, i), Job: uid,
+				Request: api.NewResource(4000, gi, sc), Phase: api.TaskPending, SchedulerName: "volcano", Created: r.clock()}
+			r.claims.mu.Lock()
+			r.claims.jobOf[tk.UID] = uid
+			r.claims.mu.Unlock()
+			r.c.AddOrUpdateTask(tk)
+		}
+	}
+	job("gpu", 1)
+	job("cpu", 0)
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 1 || got[0] != "gpu→shard-busier" {
+		t.Fatalf("offers %v, want the GPU job to shard-busier (3 free, room for 2)", got)
+	}
+	if b := r.binder.Binds(); len(b) != 2 || b["cpu-0"] == "" || b["cpu-1"] == "" {
+		t.Fatalf("binds %v, want the CPU job placed here", b)
+	}
+	if st := r.s.Stats(); st.DeviceOffers != 1 {
+		t.Fatalf("stats %+v, want one GPU job offered", st)
+	}
+	// shard-busier refuses, shard-busy is gone: 16 GPUs free here, and
+	// shard-idle has as many; the job is placed here.
+	r.claims.remove("gpu")
+	r.peers.members = r.peers.members[3:]
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 1 {
+		t.Fatalf("offers %v, want none to a shard no busier than this one", got)
+	}
+	if b := r.binder.Binds(); b["gpu-0"] == "" || b["gpu-1"] == "" {
+		t.Fatalf("binds %v, want the GPU job placed here", b)
+	}
+}
