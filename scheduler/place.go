@@ -139,9 +139,6 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		pspan.SetAttributes(attribute.Bool("placed", res.OK))
 		pspan.End()
 		s.log.Debug("placement", "job", j.Key(), "need", need, "ready", len(ready), "ok", res.OK, "placed", res.Placed, "reasons", fmt.Sprint(res.Reasons))
-		if res.OK && role == asOwner && bound == 0 && s.consolidate(ctx, j, ready[:need]) {
-			continue // GPUs packed across shards (consolidate)
-		}
 		if !res.OK {
 			if role == asOwner && s.offer(ctx, j, ready[:need]) {
 				continue

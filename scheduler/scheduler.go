@@ -147,7 +147,7 @@ type Scheduler struct {
 
 	stats struct {
 		cycles, binds, bindFailures, admitted, quotaWaits, assumeRefused, holds atomic.Int64
-		offers, offerTimeouts, claims, refusals, holdOffers, deviceOffers       atomic.Int64
+		offers, offerTimeouts, claims, refusals, holdOffers                     atomic.Int64
 		orphans, bindsInDoubt, lostReservations                                 atomic.Int64
 	}
 	obs Observer
@@ -327,9 +327,6 @@ type Stats struct {
 	// shard's free room, to a shard whose nodes could hold them when empty,
 	// there to be held for.
 	Holds, HoldOffers int64
-	// DeviceOffers counts the offers (also in Offers) of GPU jobs that fit
-	// here to a shard with fewer GPUs free (consolidate).
-	DeviceOffers int64
 	// Orphans counts reservations released by reconciliation because no
 	// job they could cover exists.
 	Orphans int64
@@ -345,7 +342,7 @@ func (s *Scheduler) Stats() Stats {
 	return Stats{Cycles: s.stats.cycles.Load(), Binds: s.stats.binds.Load(), BindFailures: s.stats.bindFailures.Load(),
 		Admitted: s.stats.admitted.Load(), QuotaWaits: s.stats.quotaWaits.Load(),
 		Offers: s.stats.offers.Load(), OfferTimeouts: s.stats.offerTimeouts.Load(), Claims: s.stats.claims.Load(), Refusals: s.stats.refusals.Load(),
-		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load(), HoldOffers: s.stats.holdOffers.Load(), DeviceOffers: s.stats.deviceOffers.Load(), Orphans: s.stats.orphans.Load(),
+		AssumeRefused: s.stats.assumeRefused.Load(), Holds: s.stats.holds.Load(), HoldOffers: s.stats.holdOffers.Load(), Orphans: s.stats.orphans.Load(),
 		BindsInDoubt: s.stats.bindsInDoubt.Load(), LostReservations: s.stats.lostReservations.Load()}
 }
 

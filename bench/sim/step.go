@@ -387,14 +387,13 @@ func (d *driver) stepFigures(e ending) {
 			st := p.Sched.Stats()
 			ho.Offers += st.Offers
 			ho.HoldOffers += st.HoldOffers
-			ho.DeviceOffers += st.DeviceOffers
 			ho.Claims += st.Claims
 			ho.Refusals += st.Refusals
 			ho.OfferTimeouts += st.OfferTimeouts
 			ho.Holds += st.Holds
 		}
-		run.Notes = append(run.Notes, fmt.Sprintf("hand-off between shards: %d offers (%d of starving gangs to a shard that could hold nodes for them, %d of GPU jobs to a shard with fewer GPUs free), %d claimed, %d refused or given back, %d withdrawn unclaimed; %d starvation holds",
-			ho.Offers, ho.HoldOffers, ho.DeviceOffers, ho.Claims, ho.Refusals, ho.OfferTimeouts, ho.Holds))
+		run.Notes = append(run.Notes, fmt.Sprintf("hand-off between shards: %d offers (%d of them of starving gangs to a shard that could hold nodes for them), %d claimed, %d refused or given back, %d withdrawn unclaimed; %d starvation holds",
+			ho.Offers, ho.HoldOffers, ho.Claims, ho.Refusals, ho.OfferTimeouts, ho.Holds))
 	}
 	if st.Binds > 0 {
 		run.APIWritesPerPod = float64(st.Binds+st.BindRefused+statusWrites+st.Events) / float64(st.Binds)
