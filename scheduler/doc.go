@@ -42,7 +42,8 @@
 // could not hold it even empty. That shard claims it only if it can hold
 // nodes for it, and keeps the claim while the hold lasts (at most MaxHold)
 // instead of giving it back after ClaimGiveUp; a starving gang offered for
-// room that no longer fits is held for the same way. The record is deleted when the job is gone (by the claimer,
+// room that no longer fits is held for the same way, unless another shard
+// gossips room for it (then it is refused, and its owner offers it there). The record is deleted when the job is gone (by the claimer,
 // or by the owner when it releases the reservation). The owner treats a job
 // as unclaimed only when its view of the records is at least as new as its
 // acquisition of the queue's record (only that record's holder creates

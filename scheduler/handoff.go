@@ -372,7 +372,7 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 		// room: offerToHold). The hold is made before the claim and ended
 		// if the claim fails.
 		held := false
-		if !fits && len(ready) >= need {
+		if !fits && len(ready) >= need && !s.roomElsewhere(ready[:need]) {
 			held, _ = s.maybeHold(j, ready, need, s.snap.Nodes())
 		}
 		if !fits && !held {
@@ -400,6 +400,24 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 		s.stats.claims.Add(1)
 		s.log.Info("claimed a job offered by its queue owner", "job", j.Key(), "from", c.From, "holding nodes for it", held)
 	}
+}
+
+// roomElsewhere reports whether another live shard gossips room for the
+// gang now: an offer of it that does not fit here is then refused, not
+// held for, so that its owner offers it there (it was offered for room on
+// a stale view, not to be held for).
+func (s *Scheduler) roomElsewhere(gang []*api.Task) bool {
+	sum, largest, ok := gangNeeds(gang)
+	if !ok {
+		return false
+	}
+	me := s.deps.Peers.Name()
+	for _, m := range s.deps.Peers.Members() {
+		if m.ID != me && capacityFits(m.Capacity, sum, largest) {
+			return true
+		}
+	}
+	return false
 }
 
 // readyGang returns a job's pending tasks that may be tried now and how

@@ -925,6 +925,15 @@ func TestClaimerHoldsForStarvingGang(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// While another shard gossips room for it, the starving gang's offer
+	// is refused, not held for: its owner offers it there.
+	r.peers.members = []wire.Meta{{ID: "shard-room", Capacity: capacity(64, 8)}}
+	r.claims.put(wire.Claim{Job: "starved", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
+	r.cycles(t, 1)
+	if _, ok := r.claims.get("starved"); ok || len(r.s.held.byJob) != 0 {
+		t.Fatalf("an offer another shard has room for was held for here: holds %+v", r.s.held)
+	}
+	r.peers.members = nil
 	r.claims.put(wire.Claim{Job: "starved", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
 	r.claims.put(wire.Claim{Job: "fresh", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
 	r.cycles(t, 1)
