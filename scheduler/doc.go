@@ -34,16 +34,16 @@
 // place the job for ClaimGiveUp gives it back; a dead claimer's record
 // vanishes with its lease. In each case the owner places the job again or
 // offers it to another shard (not to one that refused it within
-// RefusedFor). A starving gang (hold.go) that no shard has room for now is
-// held for where the fewest pods must finish first: it is offered to the
-// shard that could hold it (the gossip also carries what the nodes hold
-// when empty) with the most free of what it asks for (GPUs, else CPU), if
-// that is clearly more than its owner has free or if the owner's nodes
-// could not hold it even empty. That shard claims it only if it can hold
-// nodes for it, and keeps the claim while the hold lasts (at most MaxHold)
-// instead of giving it back after ClaimGiveUp; a starving gang offered for
-// room that no longer fits is held for the same way, unless another shard
-// gossips room for it (then it is refused, and its owner offers it there). The record is deleted when the job is gone (by the claimer,
+// RefusedFor). A starving gang (hold.go) that no shard has room for now
+// and that its owner's nodes could not hold even empty is offered to the
+// shard whose nodes could (the gossip also carries what the nodes hold
+// when empty) with the most free of what it asks for (GPUs, else CPU).
+// That shard claims it only if it can hold nodes for it, and keeps the
+// claim while the hold lasts (at most MaxHold) instead of giving it back
+// after ClaimGiveUp. It holds for such offers only (no shard gossips room
+// for the gang, and the offerer's nodes could not hold it); any other
+// offer that does not fit is refused as before.
+// The record is deleted when the job is gone (by the claimer,
 // or by the owner when it releases the reservation). The owner treats a job
 // as unclaimed only when its view of the records is at least as new as its
 // acquisition of the queue's record (only that record's holder creates

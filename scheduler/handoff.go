@@ -194,54 +194,29 @@ func (s *Scheduler) offerEnded(uid string) {
 // shards that refused it lately. It reports whether the job is now
 // another shard's to place (an offer was made, or a record already exists).
 func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) bool {
-	return s.offerTo(ctx, j, gang, false, -1)
+	return s.offerTo(ctx, j, gang, false)
 }
 
 // offerToHold hands a starving gang that fits on no shard's free room,
 // and would not fit on this shard's nodes even were they empty, to the
 // live shard whose nodes could hold it when empty (allocFits) and that
 // has the most of it free now (GPUs for a gang that asks for GPUs, else
-// CPU), skipping shards that refused it lately. That shard claims it
-// only if it can hold nodes for it (takeOffers). Without this such a gang
-// waits until some shard happens to have room for it all at once, which
-// on a busy cluster of many shards may be never: a gang of 16 GPU nodes'
-// worth against 8 shards of about 20 GPU nodes each.
-//
-// freerThan > -1 limits the offer to shards with more than that free
-// (holdHereUpTo): a starving gang is held for where the fewest pods must
-// finish first, here unless a shard that could hold it has clearly more
-// free. A shard that refused a gang offered to hold is not offered it again
-// for holdRefusedFor: it refuses while its own holds use its budget, or
-// for MaxHold after its hold for that gang ran out.
-func (s *Scheduler) offerToHold(ctx context.Context, j *api.Job, gang []*api.Task, freerThan int64) bool {
-	return s.offerTo(ctx, j, gang, true, freerThan)
-}
-
-// holdHereUpTo is how much a shard must have free, beyond which a starving
-// gang is offered to it rather than held for here: this shard's free
-// amount (GPUs for a gang that asks for GPUs, else CPU, as last published)
-// plus a quarter of what the gang asks of it, so that near ties do not
-// move gangs between shards.
-func (s *Scheduler) holdHereUpTo(gang []*api.Task) int64 {
-	sum, _, ok := gangNeeds(gang)
-	if !ok {
-		return math.MaxInt64
-	}
-	c := s.ho.lastCap
-	if s.ho.capAt.IsZero() {
-		c = s.capacity() // nothing published yet
-	}
-	if g := sum.Get(gpuResource); g > 0 {
-		return satAdd(c.FreeGPU, g/4)
-	}
-	return satAdd(c.FreeMilliCPU, sum.MilliCPU/4)
+// CPU), skipping shards that refused it lately (for holdRefusedFor: a
+// shard refuses while its own holds use its budget, or for MaxHold after
+// its hold for that gang ran out). That shard claims it only if it can
+// hold nodes for it (takeOffers). Without this such a gang waits until
+// some shard happens to have room for it all at once, which on a busy
+// cluster of many shards may be never: measured, a gang of 16 GPU nodes'
+// worth against 8 shards of about 20 GPU nodes each waited 883 s.
+func (s *Scheduler) offerToHold(ctx context.Context, j *api.Job, gang []*api.Task) bool {
+	return s.offerTo(ctx, j, gang, true)
 }
 
 // holdRefusedFor is how long a shard that refused a gang offered to hold
 // is not offered it again.
 func (c *Config) holdRefusedFor() time.Duration { return 6 * c.RefusedFor }
 
-func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, toHold bool, freerThan int64) bool {
+func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, toHold bool) bool {
 	if !s.handoffOn() || s.jobBinds(j.UID) > 0 {
 		return false
 	}
@@ -263,7 +238,7 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 	members := s.deps.Peers.Members()
 	for i := range members {
 		m := &members[i]
-		if m.ID == me || !fits(m.Capacity, sum, largest) || free(m.Capacity) <= freerThan {
+		if m.ID == me || !fits(m.Capacity, sum, largest) {
 			continue
 		}
 		if at, ok := s.ho.refused[j.UID][m.ID]; ok && now.Sub(at) < refusedFor {
@@ -372,7 +347,7 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 		// room: offerToHold). The hold is made before the claim and ended
 		// if the claim fails.
 		held := false
-		if !fits && len(ready) >= need && !s.roomElsewhere(ready[:need]) {
+		if !fits && len(ready) >= need && s.offeredToHold(c, ready[:need]) {
 			held, _ = s.maybeHold(j, ready, need, s.snap.Nodes())
 		}
 		if !fits && !held {
@@ -402,22 +377,31 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 	}
 }
 
-// roomElsewhere reports whether another live shard gossips room for the
-// gang now: an offer of it that does not fit here is then refused, not
-// held for, so that its owner offers it there (it was offered for room on
-// a stale view, not to be held for).
-func (s *Scheduler) roomElsewhere(gang []*api.Task) bool {
+// offeredToHold reports whether an offer looks like one of offerToHold's:
+// no other live shard gossips room for the gang now, and the shard that
+// offered it could not hold it even were its nodes empty. Only such
+// offers are held for when they do not fit; any other is refused as
+// before, so that its owner places it where the room is or holds for it
+// itself.
+func (s *Scheduler) offeredToHold(c wire.Claim, gang []*api.Task) bool {
 	sum, largest, ok := gangNeeds(gang)
 	if !ok {
 		return false
 	}
 	me := s.deps.Peers.Name()
+	from := false
 	for _, m := range s.deps.Peers.Members() {
-		if m.ID != me && capacityFits(m.Capacity, sum, largest) {
-			return true
+		switch {
+		case m.ID == c.From:
+			if allocFits(m.Capacity, sum, largest) {
+				return false
+			}
+			from = true
+		case m.ID != me && capacityFits(m.Capacity, sum, largest):
+			return false
 		}
 	}
-	return false
+	return from
 }
 
 // readyGang returns a job's pending tasks that may be tried now and how

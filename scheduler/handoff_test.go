@@ -849,43 +849,6 @@ func TestStarvingGangOfferedToShardThatCanHold(t *testing.T) {
 	}
 }
 
-// A starving gang that its owner's nodes could hold is held for where
-// most is free: offered to a shard that could hold it with more free than
-// the owner (fewer pods to wait for), never to one with less.
-func TestStarvingGangHeldWhereMostIsFree(t *testing.T) {
-	r := newRig(t, "shard-o")
-	r.node("a", 8)
-	r.node("b", 8)
-	r.running("busy-a", "a", 6, api.TaskRunning)
-	r.running("busy-b", "b", 6, api.TaskRunning) // 4 CPU free here
-	less, more := withAlloc(64, 8), withAlloc(64, 8)
-	less.FreeMilliCPU, more.FreeMilliCPU = 3000, 12000
-	r.peers.members = []wire.Meta{{ID: "shard-less", Capacity: less}, {ID: "shard-more", Capacity: more}}
-	r.starvingGang("pair", 2, 8)
-	r.cycles(t, 3)
-	if got := r.claims.Offered(); len(got) != 0 {
-		t.Fatalf("offers %v before the gang starved", got)
-	}
-	r.advance(r.s.cfg.StarveAfter)
-	r.cycles(t, 1)
-	if got := r.claims.Offered(); len(got) != 1 || got[0] != "pair→shard-more" {
-		t.Fatalf("offers %v, want one to shard-more", got)
-	}
-	if st := r.s.Stats(); st.Holds != 0 || st.HoldOffers != 1 {
-		t.Fatalf("stats %+v, want no hold here and one offer to hold", st)
-	}
-	// shard-more refuses: shard-less has less free than here, so the
-	// owner holds nodes itself.
-	r.claims.remove("pair")
-	r.cycles(t, 2)
-	if got := r.claims.Offered(); len(got) != 1 {
-		t.Fatalf("offers %v, want none to a shard with less free", got)
-	}
-	if st := r.s.Stats(); st.Holds != 1 {
-		t.Fatalf("stats %+v, want a hold here once no freer shard takes it", st)
-	}
-}
-
 // A gang that fits its owner's nodes when empty, where no shard that
 // could hold it has more free, is held for there, not offered.
 func TestStarvingGangThatFitsHereIsNotOfferedToHold(t *testing.T) {
@@ -925,15 +888,23 @@ func TestClaimerHoldsForStarvingGang(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// While another shard gossips room for it, the starving gang's offer
-	// is refused, not held for: its owner offers it there.
-	r.peers.members = []wire.Meta{{ID: "shard-room", Capacity: capacity(64, 8)}}
-	r.claims.put(wire.Claim{Job: "starved", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
-	r.cycles(t, 1)
-	if _, ok := r.claims.get("starved"); ok || len(r.s.held.byJob) != 0 {
-		t.Fatalf("an offer another shard has room for was held for here: holds %+v", r.s.held)
+	// An offer that is not one to hold is refused, not held for: while
+	// another shard gossips room for the gang (its owner offers it there),
+	// or while the owner's own nodes could hold it (it holds for it).
+	owner := wire.Meta{ID: "shard-o", Capacity: withAlloc(8, 8)} // cannot hold 12 CPU
+	for _, members := range [][]wire.Meta{
+		{owner, {ID: "shard-room", Capacity: capacity(64, 8)}},
+		{{ID: "shard-o", Capacity: withAlloc(64, 8)}},
+	} {
+		r.peers.members = members
+		r.claims.put(wire.Claim{Job: "starved", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
+		r.cycles(t, 1)
+		if _, ok := r.claims.get("starved"); ok || len(r.s.held.byJob) != 0 {
+			t.Fatalf("peers %+v: an offer not to hold was held for here: holds %+v", members, r.s.held)
+		}
 	}
-	r.peers.members = nil
+	r.peers.members = []wire.Meta{owner}
+	r.s.ho.refused = map[string]map[string]time.Time{}
 	r.claims.put(wire.Claim{Job: "starved", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
 	r.claims.put(wire.Claim{Job: "fresh", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
 	r.cycles(t, 1)
@@ -992,6 +963,7 @@ func TestClaimLostUndoesTheHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.advance(r.s.cfg.StarveAfter)
+	r.peers.members = []wire.Meta{{ID: "shard-o", Capacity: withAlloc(8, 8)}} // its owner cannot hold it
 	r.claims.put(wire.Claim{Job: "g", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
 	r.claims.mu.Lock()
 	r.claims.claimErr = wire.ErrClaimChanged

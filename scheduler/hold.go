@@ -24,10 +24,8 @@ import (
 // emptied for a gang of higher priority, which takes them at once. A hold ends when its gang
 // is placed, gone or no longer this shard's, or after MaxHold (then the
 // same gang is not held again for MaxHold, so another may take a turn).
-// A gang is held for on the shard that could hold it with clearly the most
-// free (offerToHold): a gang its queue owner's nodes could not hold even
-// empty, or that another shard has much more room for, is offered there,
-// and that shard holds for it as its claimer.
+// A gang its queue owner's nodes could not hold even empty is offered to a
+// shard whose nodes could (offerToHold), which holds for it as a claimer.
 //
 // Why several: a hold takes a pod lifetime to drain its nodes, and on a
 // large shard gangs of 128 arrive about every second. Measured on the

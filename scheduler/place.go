@@ -147,16 +147,12 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 				unheld = nil // a new hold: the nodes others may use changed
 				continue
 			}
-			if role == asOwner && s.held.byJob[j.UID] == nil && s.starving(j, need) &&
-				s.offerToHold(ctx, j, ready[:need], s.holdHereUpTo(ready[:need])) {
-				continue // a shard with more free holds for it
-			}
 			if role == asOwner {
 				held, neverFits := s.maybeHold(j, ready, need, nodes)
 				if held {
 					unheld = nil
 				}
-				if neverFits && s.offerToHold(ctx, j, ready[:need], -1) {
+				if neverFits && s.offerToHold(ctx, j, ready[:need]) {
 					continue
 				}
 			}
