@@ -15,6 +15,11 @@ type Observer interface {
 	Reserve(time.Duration)
 	// Place: one gang's placement (filter and score) in one cycle.
 	Place(time.Duration)
+	// BindWait: a placed pod's wait for a bind worker (its placement to
+	// the start of its bind call).
+	BindWait(time.Duration)
+	// BindCall: one bind call, answered either way.
+	BindCall(time.Duration)
 	// Evicted: one pod evicted; reason is "reclaim", "preempt" or "node".
 	Evicted(reason string)
 	// Victims: how many jobs give quota back to one job that took it.
@@ -30,6 +35,8 @@ func (noObserver) SubmitToBind(time.Duration)     {}
 func (noObserver) AdmissionWait(time.Duration)    {}
 func (noObserver) Reserve(time.Duration)          {}
 func (noObserver) Place(time.Duration)            {}
+func (noObserver) BindWait(time.Duration)         {}
+func (noObserver) BindCall(time.Duration)         {}
 func (noObserver) Evicted(string)                 {}
 func (noObserver) Victims(int)                    {}
 func (noObserver) ReclaimToRunning(time.Duration) {}

@@ -219,7 +219,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 			s.inflight[t.UID] = node
 			s.rec(j.UID).binding++
 			s.mu.Unlock()
-			req.task, req.node = *t, node
+			req.task, req.node, req.queued = *t, node, s.cfg.Now()
 			select {
 			case s.binds <- req:
 			case <-ctx.Done():
@@ -301,6 +301,7 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		case r = <-s.binds:
 		}
 		err := s.bindOnce(ctx, r)
+		r.queued = time.Time{} // a retry after an unknown outcome waits for no worker
 		for errors.Is(err, wire.ErrBindUnknown) {
 			s.stats.bindsInDoubt.Add(1)
 			s.log.Warn("bind outcome unknown: the pod keeps its room and the bind is tried again", "task", r.task.Key(), "node", r.node, "err", err)
@@ -387,7 +388,12 @@ func (s *Scheduler) bindOnce(ctx context.Context, r bindReq) (err error) {
 	}
 	cctx, cancel := context.WithDeadline(bctx, deadline)
 	defer cancel()
+	if !r.queued.IsZero() {
+		s.obs.BindWait(s.since(r.queued))
+	}
+	called := s.cfg.Now()
 	err = s.deps.Binder.Bind(cctx, &r.task, r.node)
+	s.obs.BindCall(s.since(called))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}

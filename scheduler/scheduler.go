@@ -206,6 +206,8 @@ type bindReq struct {
 	// claim is the job UID when the job is placed under its claim record;
 	// queueKey the queue's key when it is placed by the queue owner.
 	claim, queueKey string
+	// queued is when the request was handed to the bind pool.
+	queued time.Time
 }
 
 // New checks cfg and deps.

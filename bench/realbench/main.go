@@ -43,6 +43,8 @@
 //	shardsched-N        N shardsched shards in this process
 //	shardsched-N-json   the same with pods, nodes and bindings as JSON instead
 //	                    of protobuf (to compare the two)
+//	shardsched-N-bindW  (also after -json) with W bind workers per shard
+//	                    instead of the scheduler's default
 //	shardsched-proc-N   N cmd/shardsched OS processes on an etcd of their own:
 //	                    CPU and peak RSS per process, and shard-0's restart
 //	                    warm-up once the pods are bound (time to /readyz and
@@ -88,6 +90,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -323,7 +326,17 @@ func run(o options) error {
 	}
 	defer cp.Stop()
 	rc := cp.RESTConfig()
-	cs, err := kubernetes.NewForConfig(rc)
+	// The harness (creators, its watch of binds) talks to the API server
+	// over connections of its own: client-go shares one HTTP/2 connection
+	// among the clients of equal configurations in a process, and with
+	// the in-process systems on it too, their watches and binds queued
+	// behind the creators' requests (the harness's watch saw pods 3.5–5 s
+	// after their creation in the binder and shardsched runs, 0.2 s beside
+	// kube-scheduler's own process). A dialer of its own keeps it out of
+	// that cache.
+	hc := rest.CopyConfig(rc)
+	hc.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	cs, err := kubernetes.NewForConfig(hc)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ type bindWatch struct {
 	created map[types.UID]time.Time
 	bound   map[types.UID]time.Time
 	node    map[types.UID]string
-	seen    map[types.UID]struct{} // every pod the informer has seen
+	seen    map[types.UID]time.Time // every pod the informer has seen, and when first
 	twice   int64
 }
 
@@ -69,7 +69,7 @@ func (w *bindWatch) noteCreated(uid types.UID, at time.Time) {
 
 func newBindWatch() *bindWatch {
 	return &bindWatch{created: map[types.UID]time.Time{}, bound: map[types.UID]time.Time{},
-		node: map[types.UID]string{}, seen: map[types.UID]struct{}{}}
+		node: map[types.UID]string{}, seen: map[types.UID]time.Time{}}
 }
 
 func (w *bindWatch) onPod(obj any) {
@@ -80,7 +80,9 @@ func (w *bindWatch) onPod(obj any) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.seen[p.UID] = struct{}{}
+	if _, ok := w.seen[p.UID]; !ok {
+		w.seen[p.UID] = now
+	}
 	if p.Spec.NodeName == "" {
 		return
 	}
@@ -136,6 +138,14 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		mon = startMonitor(os.Stderr, progressEvery, sys.name+" "+mode, o.pods, start, func() int { _, b := w.counts(); return b })
 	}
 	var cpu0, harness0 time.Duration
+	var api0 apiCounts
+	readAPI := func() apiCounts {
+		c, err := readAPICounts(rctx, env.cs)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "realbench:", err) // the run goes on without the figure
+		}
+		return c
+	}
 	stopped := false
 	stop := func() {
 		if inst != nil && !stopped {
@@ -150,6 +160,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if inst, err = sys.impl.start(rctx, env, run); err != nil {
 			return result{}, err
 		}
+		api0 = readAPI()
 		cpu0, harness0, start = inst.cpu(), procstat.CPU(), time.Now()
 		monitor()
 		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
@@ -167,6 +178,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if err := waitFor(rctx, time.Minute, func() (bool, error) { seen, _ := w.counts(); return seen >= o.pods, nil }); err != nil {
 			return result{}, fmt.Errorf("watch did not see every created pod: %w", err)
 		}
+		api0 = readAPI()
 		harness0, start = procstat.CPU(), time.Now()
 		monitor()
 		if inst, err = sys.impl.start(rctx, env, run); err != nil {
@@ -185,6 +197,10 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	}
 	r.wall = time.Since(start)
 	r.load = mon.stop()
+	var api1 apiCounts
+	if api0 != nil {
+		api1 = readAPI()
+	}
 	r.cpu, r.inProcess = inst.cpu()-cpu0, inst.inProcess
 	if !inst.inProcess {
 		r.harnessCPU = procstat.CPU() - harness0
@@ -195,6 +211,12 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		}
 	}
 	stop()
+	if api1 != nil {
+		_, bound := w.counts()
+		if n := apiWritesNote(api0, api1, bound); n != "" {
+			r.notes = append(r.notes, n)
+		}
+	}
 
 	w.mu.Lock()
 	var last time.Duration
@@ -212,7 +234,18 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		last = max(last, b.Sub(start))
 	}
 	r.boundTwice = w.twice
+	var seenLag []float64
+	if mode == modeStream {
+		for uid, c := range w.created {
+			if at, ok := w.seen[uid]; ok {
+				seenLag = append(seenLag, at.Sub(c).Seconds())
+			}
+		}
+	}
 	w.mu.Unlock()
+	if n := seenLagNote(seenLag); n != "" {
+		r.notes = append(r.notes, n)
+	}
 	slices.Sort(r.latencies)
 	slices.Sort(r.bindTimes)
 	if len(r.latencies) == o.pods {

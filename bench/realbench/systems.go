@@ -95,12 +95,20 @@ func parseSystem(name string) (sysSpec, error) {
 		}
 		return sysSpec{name: name, shards: n, impl: procSystem{shards: n}}, nil
 	case strings.HasPrefix(name, "shardsched-"):
-		var n int
-		base, json := strings.CutSuffix(name, "-json")
-		if _, err := fmt.Sscanf(base, "shardsched-%d", &n); err != nil || n < 1 || n > 16 || fmt.Sprintf("shardsched-%d", n) != base {
-			return sysSpec{}, fmt.Errorf("system %q: want shardsched-N or shardsched-N-json with N in 1..16", name)
+		// shardsched-N[-json][-bindW]
+		var n, workers int
+		base := name
+		if i := strings.LastIndex(base, "-bind"); i > 0 {
+			if _, err := fmt.Sscanf(base[i:], "-bind%d", &workers); err != nil || workers < 1 || workers > 1024 || fmt.Sprintf("-bind%d", workers) != base[i:] {
+				return sysSpec{}, fmt.Errorf("system %q: -bindW wants W bind workers in 1..1024", name)
+			}
+			base = base[:i]
 		}
-		return sysSpec{name: name, shards: n, impl: shardschedSystem{shards: n, json: json}}, nil
+		base, json := strings.CutSuffix(base, "-json")
+		if _, err := fmt.Sscanf(base, "shardsched-%d", &n); err != nil || n < 1 || n > 16 || fmt.Sprintf("shardsched-%d", n) != base {
+			return sysSpec{}, fmt.Errorf("system %q: want shardsched-N, shardsched-N-json or either with -bindW, N in 1..16", name)
+		}
+		return sysSpec{name: name, shards: n, impl: shardschedSystem{shards: n, json: json, bindWorkers: workers}}, nil
 	case name == "kube-scheduler" || name == "kube-scheduler-qps":
 		bin, err := kubeSchedulerBinary()
 		if err != nil {
@@ -112,7 +120,7 @@ func parseSystem(name string) (sysSpec, error) {
 		}
 		return sysSpec{name: name, impl: ks}, nil
 	}
-	return sysSpec{}, fmt.Errorf("unknown system %q (binder, shardsched-N, shardsched-N-json, shardsched-proc-N, kube-scheduler, kube-scheduler-qps)", name)
+	return sysSpec{}, fmt.Errorf("unknown system %q (binder, shardsched-N[-json][-bindW], shardsched-proc-N, kube-scheduler, kube-scheduler-qps)", name)
 }
 
 // processPeakRSSKiB is the peak RSS of the bench process so far (Linux
@@ -161,9 +169,14 @@ func (b binderSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*i
 	if err != nil {
 		return nil, fmt.Errorf("binder: %w", err)
 	}
+	// Its own client, not the harness's (main: each on its own connection).
+	cs, err := kubernetes.NewForConfig(env.rest)
+	if err != nil {
+		return nil, err
+	}
 	inst, _ := inProcess(ctx, func(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
-		go func() { defer wg.Done(); runBinder(ctx, env.cs, placer, run, b.workers) }()
+		go func() { defer wg.Done(); runBinder(ctx, cs, placer, run, b.workers) }()
 	})
 	return inst, nil
 }
@@ -264,6 +277,8 @@ func (p *rrPlacer) place(req api.Resource) (string, bool) {
 type shardschedSystem struct {
 	shards int
 	json   bool
+	// bindWorkers, when positive, replaces the scheduler's BindWorkers.
+	bindWorkers int
 }
 
 func (s shardschedSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*instance, error) {
@@ -273,6 +288,9 @@ func (s shardschedSystem) start(ctx context.Context, env *benchEnv, run runSpec)
 		for i := 0; i < s.shards; i++ {
 			opts := daemonOptions(env.rest, env.etcd, fmt.Sprintf("shardsched-%d-%d", run.index, i), fmt.Sprintf("/bench/%d", run.index), run.schedName)
 			opts.JSON = s.json
+			if s.bindWorkers > 0 {
+				opts.Scheduler.BindWorkers = s.bindWorkers
+			}
 			if seed != "" {
 				opts.Shard.Join = []string{seed}
 			}

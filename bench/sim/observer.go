@@ -32,6 +32,8 @@ func (w *reserveWatch) Reserve(d time.Duration) {
 func (*reserveWatch) SubmitToBind(time.Duration)     {}
 func (*reserveWatch) AdmissionWait(time.Duration)    {}
 func (*reserveWatch) Place(time.Duration)            {}
+func (*reserveWatch) BindWait(time.Duration)         {}
+func (*reserveWatch) BindCall(time.Duration)         {}
 func (*reserveWatch) Evicted(string)                 {}
 func (*reserveWatch) Victims(int)                    {}
 func (*reserveWatch) ReclaimToRunning(time.Duration) {}

@@ -158,6 +158,7 @@ func sendConst(ch chan<- prometheus.Metric, desc *prometheus.Desc, t prometheus.
 // Prometheus histograms and counters; safe for concurrent use.
 type promObserver struct {
 	submitToBind, admissionWait, reserve, place prometheus.Histogram
+	bindWait, bindCall                          prometheus.Histogram
 	evictions                                   *prometheus.CounterVec
 	victims, reclaimToRunning                   prometheus.Histogram
 }
@@ -175,6 +176,8 @@ func newPromObserver() *promObserver {
 		admissionWait: h("admission_wait_seconds", "PodGroup creation to admission by the coordinator.", slow),
 		reserve:       h("reservation_seconds", "Coordinator reservation latency seen by the shard.", fast),
 		place:         h("placement_seconds", "Gang placement (filter and score) time per job and cycle.", fast),
+		bindWait:      h("bind_wait_seconds", "A placed pod's wait for a bind worker (placement to the start of its bind call).", fast),
+		bindCall:      h("bind_call_seconds", "One bind call to the API server, answered either way.", fast),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "shardsched", Name: "evictions_total",
 			Help: "Pods evicted, by reason (reclaim: to a queue below its deserved share; preempt: to a job of higher priority in the same queue; node: room on nodes for a job of higher priority)."}, []string{"reason"}),
 		victims: h("victims_per_preemption", "Jobs marked to give quota back per job that took it (reclaim or preemption), seen by the preemptor's queue owner.",
@@ -185,13 +188,15 @@ func newPromObserver() *promObserver {
 }
 
 func (o *promObserver) collectors() []prometheus.Collector {
-	return []prometheus.Collector{o.submitToBind, o.admissionWait, o.reserve, o.place, o.evictions, o.victims, o.reclaimToRunning}
+	return []prometheus.Collector{o.submitToBind, o.admissionWait, o.reserve, o.place, o.bindWait, o.bindCall, o.evictions, o.victims, o.reclaimToRunning}
 }
 
 func (o *promObserver) SubmitToBind(d time.Duration)     { o.submitToBind.Observe(d.Seconds()) }
 func (o *promObserver) AdmissionWait(d time.Duration)    { o.admissionWait.Observe(d.Seconds()) }
 func (o *promObserver) Reserve(d time.Duration)          { o.reserve.Observe(d.Seconds()) }
 func (o *promObserver) Place(d time.Duration)            { o.place.Observe(d.Seconds()) }
+func (o *promObserver) BindWait(d time.Duration)         { o.bindWait.Observe(d.Seconds()) }
+func (o *promObserver) BindCall(d time.Duration)         { o.bindCall.Observe(d.Seconds()) }
 func (o *promObserver) Evicted(reason string)            { o.evictions.WithLabelValues(reason).Inc() }
 func (o *promObserver) Victims(n int)                    { o.victims.Observe(float64(n)) }
 func (o *promObserver) ReclaimToRunning(d time.Duration) { o.reclaimToRunning.Observe(d.Seconds()) }

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
+)
+
+// What a run asks of the API server: apiserver_request_total read from the
+// API server's /metrics before the clock starts and after the last bind,
+// so that a system's writes per bound pod (binds, PodGroup and Queue
+// status, events) can be set beside the binder's, whose only write per pod
+// is its binding. On 2 shared cores the API server is the ceiling of every
+// system, and a write a system adds per pod is throughput it gives up.
+
+// apiKey is one series of apiserver_request_total, less the response code.
+type apiKey struct{ verb, resource string }
+
+// apiCounts are request totals by verb and resource (resource/subresource).
+type apiCounts map[apiKey]float64
+
+// readAPICounts scrapes the API server's request counters.
+func readAPICounts(ctx context.Context, cs kubernetes.Interface) (apiCounts, error) {
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's metrics: %w", err)
+	}
+	return parseAPICounts(raw)
+}
+
+// parseAPICounts reads apiserver_request_total from a metrics page; the
+// page's other families (most of its size) are skipped before parsing.
+func parseAPICounts(page []byte) (apiCounts, error) {
+	const family = "apiserver_request_total"
+	var kept bytes.Buffer
+	for line := range bytes.Lines(page) {
+		s := string(bytes.TrimSpace(line))
+		name := strings.TrimPrefix(strings.TrimPrefix(s, "# TYPE "), "# HELP ")
+		if strings.HasPrefix(name, family+" ") || strings.HasPrefix(name, family+"{") {
+			kept.Write(line)
+		}
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(&kept)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", family, err)
+	}
+	out := apiCounts{}
+	f, ok := fams[family]
+	if !ok {
+		return out, nil
+	}
+	for _, m := range f.GetMetric() {
+		var verb, res, sub string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "verb":
+				verb = l.GetValue()
+			case "resource":
+				res = l.GetValue()
+			case "subresource":
+				sub = l.GetValue()
+			}
+		}
+		if sub != "" {
+			res += "/" + sub
+		}
+		out[apiKey{verb, res}] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// isWrite reports whether verb changes state.
+func isWrite(verb string) bool {
+	switch verb {
+	case "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY":
+		return true
+	}
+	return false
+}
+
+// apiWritesNote sets out the writes between two readings per bound pod,
+// most first: "API writes per bound pod: 2.31 (POST pods 1.00, POST
+// pods/binding 1.00, PATCH podgroups 0.29, ...)". Only series with at
+// least one write per 1,000 pods are named.
+func apiWritesNote(before, after apiCounts, bound int) string {
+	if bound == 0 {
+		return ""
+	}
+	type row struct {
+		k apiKey
+		n float64
+	}
+	var rows []row
+	var total float64
+	for k, v := range after {
+		if !isWrite(k.verb) {
+			continue
+		}
+		d := v - before[k]
+		if d <= 0 {
+			continue
+		}
+		total += d
+		rows = append(rows, row{k, d})
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].n != rows[j].n {
+			return rows[i].n > rows[j].n
+		}
+		return rows[i].k.verb+rows[i].k.resource < rows[j].k.verb+rows[j].k.resource
+	})
+	var parts []string
+	for _, r := range rows {
+		per := r.n / float64(bound)
+		if per < 0.001 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %.3f", r.k.verb, r.k.resource, per))
+	}
+	return fmt.Sprintf("API writes per bound pod (the whole API server over the run, pod creation included): %.2f (%s)",
+		total/float64(bound), strings.Join(parts, ", "))
+}
+
+// seenLagNote gives the time from a pod's create call to the harness's
+// watch first seeing it, in seconds: how far behind the API server's
+// watches ran (a scheduler's informer watches the same server), to set
+// beside create→bound.
+func seenLagNote(lag []float64) string {
+	if len(lag) == 0 {
+		return ""
+	}
+	sort.Float64s(lag)
+	q := func(p float64) float64 { return lag[min(len(lag)-1, int(p*float64(len(lag))))] }
+	return fmt.Sprintf("create call → pod first seen by the harness's watch: p50 %.3f s, p99 %.3f s, max %.3f s",
+		q(0.50), q(0.99), lag[len(lag)-1])
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const metricsPage = `# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} 40
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="scheduling.volcano.sh",resource="podgroups",scope="resource",subresource="",verb="PATCH",version="v1beta1"} 10
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 7
+# HELP apiserver_request_duration_seconds Response latency.
+# TYPE apiserver_request_duration_seconds histogram
+apiserver_request_duration_seconds_bucket{verb="POST",le="0.1"} 3
+`
+
+func TestParseAPICounts(t *testing.T) {
+	c, err := parseAPICounts([]byte(metricsPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c[apiKey{"POST", "pods/binding"}]; got != 42 {
+		t.Errorf("POST pods/binding = %v, want 42 (every code summed)", got)
+	}
+	if got := c[apiKey{"PATCH", "podgroups"}]; got != 10 {
+		t.Errorf("PATCH podgroups = %v, want 10", got)
+	}
+	if len(c) != 3 {
+		t.Errorf("%d series, want 3 (other families skipped): %v", len(c), c)
+	}
+}
+
+func TestAPIWritesNote(t *testing.T) {
+	before := apiCounts{{"POST", "pods/binding"}: 100, {"PATCH", "podgroups"}: 5, {"LIST", "pods"}: 1}
+	after := apiCounts{{"POST", "pods/binding"}: 120, {"PATCH", "podgroups"}: 15, {"LIST", "pods"}: 50, {"POST", "events"}: 2}
+	n := apiWritesNote(before, after, 20)
+	for _, want := range []string{": 1.60 (", "POST pods/binding 1.000, PATCH podgroups 0.500, POST events 0.100"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("note %q lacks %q", n, want)
+		}
+	}
+	if strings.Contains(n, "LIST") {
+		t.Errorf("reads counted as writes: %q", n)
+	}
+	if apiWritesNote(before, after, 0) != "" {
+		t.Error("a note with no pod bound")
+	}
+}

@@ -1,0 +1,62 @@
+package scheduler
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// recObserver records the bind measurements.
+type recObserver struct {
+	noObserver
+	mu          sync.Mutex
+	waits, call []time.Duration
+	submits     int
+}
+
+func (o *recObserver) BindWait(d time.Duration) { o.mu.Lock(); o.waits = append(o.waits, d); o.mu.Unlock() }
+func (o *recObserver) BindCall(d time.Duration) { o.mu.Lock(); o.call = append(o.call, d); o.mu.Unlock() }
+func (o *recObserver) SubmitToBind(time.Duration) {
+	o.mu.Lock()
+	o.submits++
+	o.mu.Unlock()
+}
+
+// Every bind is measured twice: its wait for a worker, once, and each of
+// its calls, retries of an unknown outcome included.
+func TestBindWaitAndCallObserved(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.stop()
+	obs := &recObserver{}
+	cfg := DefaultConfig()
+	cfg.Now, cfg.BindBackoff = r.clock, 10*time.Millisecond
+	s, err := New(cfg, Deps{Cache: r.c, Ownership: r.own, Quota: r.quota, Binder: r.binder, Recorder: nopRecorder{},
+		Status: nopStatus{}, Peers: r.peers, Claims: r.claims, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s = s
+	r.start(t)
+	r.binder.mu.Lock()
+	r.binder.unknown = 1 // one call answered with an unknown outcome, then tried again
+	r.binder.mu.Unlock()
+	r.node("n1", 32)
+	r.gang("job", 3, 2)
+	r.cycles(t, 1)
+	if b := r.binder.Binds(); len(b) != 3 {
+		t.Fatalf("bound %d of 3 tasks", len(b))
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.waits) != 3 {
+		t.Errorf("%d bind waits observed, want 3 (one per pod, not per retry)", len(obs.waits))
+	}
+	if len(obs.call) != 4 {
+		t.Errorf("%d bind calls observed, want 4 (three pods, one retried)", len(obs.call))
+	}
+	for _, d := range append(obs.waits, obs.call...) {
+		if d < 0 {
+			t.Errorf("negative duration %v", d)
+		}
+	}
+}
