@@ -68,7 +68,7 @@ func DefaultConfig() Config {
 		Partitions:    wire.DefaultPartitions,
 		Strategy:      "binpack",
 		CycleInterval: 20 * time.Millisecond,
-		BindWorkers:   32,
+		BindWorkers:   128,
 		BindBackoff:   time.Second,
 		CallTimeout:   10 * time.Second,
 	}

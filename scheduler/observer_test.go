@@ -14,8 +14,16 @@ type recObserver struct {
 	submits     int
 }
 
-func (o *recObserver) BindWait(d time.Duration) { o.mu.Lock(); o.waits = append(o.waits, d); o.mu.Unlock() }
-func (o *recObserver) BindCall(d time.Duration) { o.mu.Lock(); o.call = append(o.call, d); o.mu.Unlock() }
+func (o *recObserver) BindWait(d time.Duration) {
+	o.mu.Lock()
+	o.waits = append(o.waits, d)
+	o.mu.Unlock()
+}
+func (o *recObserver) BindCall(d time.Duration) {
+	o.mu.Lock()
+	o.call = append(o.call, d)
+	o.mu.Unlock()
+}
 func (o *recObserver) SubmitToBind(time.Duration) {
 	o.mu.Lock()
 	o.submits++

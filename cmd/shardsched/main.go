@@ -41,6 +41,7 @@ type options struct {
 	etcdEndpoints, etcdCA, etcdCert, etcdKey      string
 	schedulerName, strategy                       string
 	partitions, sessionTTL, coordGroupOps         int
+	bindWorkers                                   int
 	statusFlush                                   time.Duration
 	httpAddr, coordAddr, coordAdvertise, logLevel string
 	shutdownTimeout                               time.Duration
@@ -73,6 +74,8 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.schedulerName, "scheduler-name", "volcano", "schedulerName of the pods this scheduler serves")
 	fs.StringVar(&o.strategy, "strategy", "binpack", "placement scoring: binpack or spread")
 	fs.IntVar(&o.partitions, "partitions", wire.DefaultPartitions, "node partitions (same on every shard)")
+	fs.IntVar(&o.bindWorkers, "bind-workers", scheduler.DefaultConfig().BindWorkers,
+		"bind calls in flight at once (1..1024): too few and placed pods queue for a worker (each call is an API server round trip)")
 	fs.IntVar(&o.sessionTTL, "session-ttl", 10, "etcd session TTL in seconds")
 	fs.DurationVar(&o.statusFlush, "status-flush-interval", time.Second, "Queue/PodGroup status flush interval")
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz, /readyz")
@@ -118,6 +121,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--gossip-advertise-port=%d: must be 0..65535", o.gossipAdvertisePort)
 	case (o.etcdCert == "") != (o.etcdKey == ""):
 		return errors.New("--etcd-cert-file and --etcd-key-file go together")
+	case o.bindWorkers < 1 || o.bindWorkers > 1024:
+		return fmt.Errorf("--bind-workers=%d: must be between 1 and 1024", o.bindWorkers)
 	case o.coordGroupOps < 1 || o.coordGroupOps > 4096:
 		return fmt.Errorf("--coordinator-max-group-ops=%d: must be between 1 and 4096", o.coordGroupOps)
 	case o.shutdownTimeout <= 0:
@@ -250,6 +255,7 @@ func run(o options, log *slog.Logger) error {
 		cc.AdvertiseAddr = "http://" + net.JoinHostPort(os.Getenv("POD_IP"), port)
 	}
 	schedCfg := scheduler.DefaultConfig()
+	schedCfg.BindWorkers = o.bindWorkers
 	schedCfg.SchedulerName, schedCfg.Strategy = o.schedulerName, o.strategy // partitions: the shard config's, taken by the assembly
 	stCfg := status.DefaultConfig()
 	stCfg.Interval = o.statusFlush

@@ -26,6 +26,8 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		{append(base, "--coordinator-addr=nonsense"), "--coordinator-addr"},
 		{append(base, "--log-level=loud"), "--log-level"},
 		{append(base, "--coordinator-max-group-ops=0"), "--coordinator-max-group-ops"},
+		{append(base, "--bind-workers=0"), "--bind-workers"},
+		{append(base, "--bind-workers=2000"), "--bind-workers"},
 		{append(base, "--coordinator-max-group-ops=5000"), "--coordinator-max-group-ops"},
 		{[]string{"--shard-name=s0", "--etcd-endpoints=x"}, "--coordinator-token-file"},
 		{append(base, "--coordinator-token-file=/x"), "--coordinator-token-file"},
