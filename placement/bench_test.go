@@ -60,3 +60,33 @@ func BenchmarkPlaceGang(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlannerReuse is BenchmarkPlaceGang's single-task plain gang
+// (binpack, 1,600 nodes) placed fresh and with one Planner reused, as a
+// scheduling cycle places one job after another.
+func BenchmarkPlannerReuse(b *testing.B) {
+	nodes := benchCluster(1600)
+	cfg, err := DefaultConfig(StrategyBinPack)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tasks := gang("g", 1, 4000, 16)
+	var pl Planner
+	for _, reuse := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reused=%v", reuse), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(7, 7))
+			b.ReportAllocs()
+			for b.Loop() {
+				var res Result
+				if reuse {
+					res = pl.PlaceGang(cfg, tasks, nodes, 1, rng)
+				} else {
+					res = PlaceGang(cfg, tasks, nodes, 1, rng)
+				}
+				if !res.OK {
+					b.Fatal("the task did not fit")
+				}
+			}
+		})
+	}
+}

@@ -206,3 +206,26 @@ func opaqueConfig(c Config) Config {
 	}
 	return out
 }
+
+// One Planner reused across many gangs, on clusters of every size (a
+// smaller one after a larger leaves stale slots in its buffer), plans
+// exactly what a fresh PlaceGang plans.
+func TestPlannerReuseMatchesPlaceGang(t *testing.T) {
+	var pl Planner
+	for seed := uint64(0); seed < 300; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		nodes, tasks := randomCluster(r), randomGang(r)
+		cfg := mustConfig(t, []string{StrategyBinPack, StrategySpread}[r.IntN(2)])
+		if r.IntN(3) == 0 {
+			cfg = opaqueConfig(cfg)
+		}
+		if r.IntN(4) == 0 {
+			cfg.Sample = 1 + r.IntN(3)
+		}
+		m := r.IntN(len(tasks) + 1)
+		want := PlaceGang(cfg, tasks, nodes, m, rngFor(seed))
+		if got := pl.PlaceGang(cfg, tasks, nodes, m, rngFor(seed)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: reused planner %+v, PlaceGang %+v", seed, got, want)
+		}
+	}
+}

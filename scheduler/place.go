@@ -128,7 +128,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 		var res placement.Result
 		cand := s.holdFilter(j, nodes, &unheld)
 		if len(cand) > 0 {
-			res = placement.PlaceGang(pc, ready, cand, need, s.rng)
+			res = s.planner.PlaceGang(pc, ready, cand, need, s.rng)
 		}
 		taskShort := res.OK && !taskGangMet(j, ready, res.Assignments, w.bySpec)
 		if taskShort {

@@ -134,7 +134,10 @@ type Scheduler struct {
 	place placement.Config
 	log   *slog.Logger
 	rng   *rand.Rand // loop only
-	snap  *cache.Snapshot
+	// planner keeps placement's per-node buffers from one job's placement
+	// to the next (loop only).
+	planner placement.Planner
+	snap    *cache.Snapshot
 
 	binds  chan bindReq
 	tracer trace.Tracer
