@@ -615,15 +615,18 @@ func (s *Scheduler) capacity() wire.Capacity {
 		if b.OutOfSync || b.Node.Unschedulable {
 			continue
 		}
-		idle := b.Idle()
+		// What Idle would give, per figure, without building a Resource
+		// for every node every interval.
+		a, u := &b.Node.Allocatable, &b.Used
+		cpu, mem := idleOf(a.MilliCPU, u.MilliCPU), idleOf(a.Memory, u.Memory)
+		gpu := idleOf(a.Get(gpuResource), u.Get(gpuResource))
 		c.Nodes++
-		c.FreeMilliCPU = satAdd(c.FreeMilliCPU, idle.MilliCPU)
-		c.FreeMemory = satAdd(c.FreeMemory, idle.Memory)
-		c.FreeGPU = satAdd(c.FreeGPU, idle.Get(gpuResource))
-		c.LargestCPU = max(c.LargestCPU, idle.MilliCPU)
-		c.LargestMemory = max(c.LargestMemory, idle.Memory)
-		c.LargestFreeGPU = max(c.LargestFreeGPU, idle.Get(gpuResource))
-		a := b.Node.Allocatable
+		c.FreeMilliCPU = satAdd(c.FreeMilliCPU, cpu)
+		c.FreeMemory = satAdd(c.FreeMemory, mem)
+		c.FreeGPU = satAdd(c.FreeGPU, gpu)
+		c.LargestCPU = max(c.LargestCPU, cpu)
+		c.LargestMemory = max(c.LargestMemory, mem)
+		c.LargestFreeGPU = max(c.LargestFreeGPU, gpu)
 		c.AllocMilliCPU = satAdd(c.AllocMilliCPU, max(a.MilliCPU, 0))
 		c.AllocMemory = satAdd(c.AllocMemory, max(a.Memory, 0))
 		c.AllocGPU = satAdd(c.AllocGPU, max(a.Get(gpuResource), 0))
@@ -632,6 +635,16 @@ func (s *Scheduler) capacity() wire.Capacity {
 		c.LargestAllocGPU = max(c.LargestAllocGPU, a.Get(gpuResource))
 	}
 	return c
+}
+
+// idleOf is one dimension of NodeBooks.Idle: allocatable − used, 0 when
+// short (or when the difference overflows, as Idle's does).
+func idleOf(alloc, used int64) int64 {
+	d := alloc - used
+	if d < 0 || (used > 0 && d > alloc) || (used < 0 && d < alloc) {
+		return 0
+	}
+	return d
 }
 
 // satAdd adds two non-negative amounts, saturating at the int64 maximum.

@@ -44,8 +44,8 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 		if a == nil {
 			continue
 		}
-		pending, bound, done := s.jobTasks(j)
-		if len(pending) == 0 && bound == 0 && done >= int(max(j.MinMember, 1)) {
+		pending, bound, done := s.jobCounts(j)
+		if pending == 0 && bound == 0 && done >= int(max(j.MinMember, 1)) {
 			gone = append(gone, j.UID)
 			s.syncPhase(j, api.JobCompleted, 0)
 			continue
@@ -63,7 +63,7 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 				phase = api.JobUnknown
 			}
 			s.syncPhase(j, phase, bound)
-			if bound == 0 && len(pending) == 0 {
+			if bound == 0 && pending == 0 {
 				// Its gang ran and every pod is gone without finishing
 				// (deleted, evicted, scaled to zero) while the PodGroup
 				// stays: nothing is bound for the reservation to cover,
@@ -73,10 +73,10 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 				continue
 			}
 		}
-		if s.podsLate(j, len(pending), bound, done) {
+		if s.podsLate(j, pending, bound, done) {
 			gone = append(gone, j.UID)
 			msg := fmt.Sprintf("admitted %s ago but only %d of its minMember %d pods exist: its quota is given back until they come",
-				s.cfg.InqueueTimeout, len(pending)+bound+done, max(j.MinMember, 1))
+				s.cfg.InqueueTimeout, pending+bound+done, max(j.MinMember, 1))
 			s.waiting(j, "PodsNotCreated", msg)
 			s.mu.Lock()
 			s.rec(j.UID).lateUntil = s.cfg.Now().Add(s.cfg.InqueueTimeout / 4)

@@ -439,6 +439,18 @@ func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) 
 	return pending, sum.Bound, sum.Done
 }
 
+// jobCounts is jobTasks' counts without the pending list: for the callers
+// that only count, every cycle, over every admitted job.
+func (s *Scheduler) jobCounts(j *api.Job) (pending, bound, done int) {
+	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
+		if (t.Phase == api.TaskPending || t.Phase == "") && t.NodeName == "" && t.SchedulerName == s.cfg.SchedulerName {
+			pending++
+		}
+	}
+	sum := s.summary(j)
+	return pending, sum.Bound, sum.Done
+}
+
 // pruneEvery is how many cycles pass between prunes of per-task state.
 const pruneEvery = 50
 
