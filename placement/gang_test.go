@@ -513,8 +513,8 @@ func TestConcurrentPlacements(t *testing.T) {
 	}
 }
 
-// A reused Planner allocates nothing per node: its slots are kept, so a
-// plan over 1,600 nodes costs the allocations of a plan over 16.
+// A reused Planner allocates less than a fresh plan: its per-node slots
+// are kept from one call to the next.
 func TestPlannerReusesItsBuffers(t *testing.T) {
 	cfg := mustConfig(t, StrategyBinPack)
 	task := []*api.Task{mkTask("a", 1000, 1)}

@@ -615,8 +615,10 @@ func (s *Scheduler) capacity() wire.Capacity {
 		if b.OutOfSync || b.Node.Unschedulable {
 			continue
 		}
-		// What Idle would give, per figure, without building a Resource
-		// for every node every interval.
+		// Idle's figures, without building a Resource for every node
+		// every interval (a dimension whose subtraction overflows is 0
+		// here, where Idle zeroes every dimension: only absurd books
+		// differ).
 		a, u := &b.Node.Allocatable, &b.Used
 		cpu, mem := idleOf(a.MilliCPU, u.MilliCPU), idleOf(a.Memory, u.Memory)
 		gpu := idleOf(a.Get(gpuResource), u.Get(gpuResource))
@@ -638,7 +640,7 @@ func (s *Scheduler) capacity() wire.Capacity {
 }
 
 // idleOf is one dimension of NodeBooks.Idle: allocatable − used, 0 when
-// short (or when the difference overflows, as Idle's does).
+// short or when the difference overflows.
 func idleOf(alloc, used int64) int64 {
 	d := alloc - used
 	if d < 0 || (used > 0 && d > alloc) || (used < 0 && d < alloc) {

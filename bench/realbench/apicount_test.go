@@ -35,8 +35,8 @@ func TestParseAPICounts(t *testing.T) {
 func TestAPIWritesNote(t *testing.T) {
 	before := apiCounts{{"POST", "pods/binding"}: 100, {"PATCH", "podgroups"}: 5, {"LIST", "pods"}: 1}
 	after := apiCounts{{"POST", "pods/binding"}: 120, {"PATCH", "podgroups"}: 15, {"LIST", "pods"}: 50, {"POST", "events"}: 2}
-	n := apiWritesNote(before, after, 20)
-	for _, want := range []string{": 1.60 (", "POST pods/binding 1.000, PATCH podgroups 0.500, POST events 0.100"} {
+	n := apiWritesNote(before, after, 20, "x")
+	for _, want := range []string{"(x): 1.60 (", "POST pods/binding 1.000, PATCH podgroups 0.500, POST events 0.100"} {
 		if !strings.Contains(n, want) {
 			t.Errorf("note %q lacks %q", n, want)
 		}
@@ -44,7 +44,7 @@ func TestAPIWritesNote(t *testing.T) {
 	if strings.Contains(n, "LIST") {
 		t.Errorf("reads counted as writes: %q", n)
 	}
-	if apiWritesNote(before, after, 0) != "" {
+	if apiWritesNote(before, after, 0, "x") != "" {
 		t.Error("a note with no pod bound")
 	}
 }

@@ -332,8 +332,8 @@ func run(o options) error {
 	// the in-process systems on it too, their watches and binds queued
 	// behind the creators' requests (the harness's watch saw pods 3.5–5 s
 	// after their creation in the binder and shardsched runs, 0.2 s beside
-	// kube-scheduler's own process). A dialer of its own keeps it out of
-	// that cache.
+	// kube-scheduler's own process). A dialer of its own gives it a
+	// transport (and connections) that no other client shares.
 	hc := rest.CopyConfig(rc)
 	hc.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	cs, err := kubernetes.NewForConfig(hc)

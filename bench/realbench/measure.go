@@ -213,7 +213,11 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	stop()
 	if api1 != nil {
 		_, bound := w.counts()
-		if n := apiWritesNote(api0, api1, bound); n != "" {
+		what := "the whole API server from the clock's start to the last bind, pod creation included"
+		if mode == modeBacklog {
+			what = "the whole API server from the clock's start to the last bind; the pods were created before it"
+		}
+		if n := apiWritesNote(api0, api1, bound, what); n != "" {
 			r.notes = append(r.notes, n)
 		}
 	}

@@ -169,7 +169,8 @@ func (b binderSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*i
 	if err != nil {
 		return nil, fmt.Errorf("binder: %w", err)
 	}
-	// Its own client, not the harness's (main: each on its own connection).
+	// Not the harness's client (main: the harness has connections of its
+	// own); this one shares the transport of env.rest.
 	cs, err := kubernetes.NewForConfig(env.rest)
 	if err != nil {
 		return nil, err
