@@ -178,6 +178,17 @@ func (b *NodeBooks) Idle() Resource {
 	return idle
 }
 
+// IdleOf is one dimension of Idle, without building a Resource:
+// allocatable − used, 0 when short or when the subtraction overflows
+// (where Idle zeroes every dimension; the two differ only on books that
+// overflow).
+func (b *NodeBooks) IdleOf(dim string) int64 {
+	if v, ok := subExact(b.Node.Allocatable.Get(dim), b.Used.Get(dim)); ok {
+		return v
+	}
+	return 0
+}
+
 // QueueStatus is what the owner shard writes into a Queue's status.
 type QueueStatus struct {
 	Allocated Resource

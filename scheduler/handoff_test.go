@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -1012,20 +1011,5 @@ func TestStarvingGPUGangGoesWhereGPUsAreFree(t *testing.T) {
 	r.cycles(t, 1)
 	if got := r.claims.Offered(); len(got) != 1 || got[0] != "gpu→shard-many" {
 		t.Fatalf("offers %v, want one to shard-many (most free GPUs among those that could hold 16)", got)
-	}
-}
-
-// idleOf agrees with NodeBooks.Idle, dimension by dimension, for any books
-// whose subtraction does not overflow (where both give 0).
-func TestIdleOfAgreesWithIdle(t *testing.T) {
-	vals := []int64{0, 1, 7, 1000, 64000, -1, -1000, math.MaxInt64, math.MinInt64 + 1}
-	for _, a := range vals {
-		for _, u := range vals {
-			b := api.NodeBooks{Node: api.Node{Allocatable: api.NewResource(a, 0, nil)}, Used: api.NewResource(u, 0, nil)}
-			want := b.Idle().MilliCPU
-			if got := idleOf(a, u); got != want {
-				t.Errorf("idleOf(%d, %d) = %d, Idle gives %d", a, u, got, want)
-			}
-		}
 	}
 }

@@ -27,7 +27,6 @@ type recObserver struct {
 	noObserver
 	mu          sync.Mutex
 	waits, call []time.Duration
-	submits     int
 }
 
 func (o *recObserver) BindWait(d time.Duration) {
@@ -38,11 +37,6 @@ func (o *recObserver) BindWait(d time.Duration) {
 func (o *recObserver) BindCall(d time.Duration) {
 	o.mu.Lock()
 	o.call = append(o.call, d)
-	o.mu.Unlock()
-}
-func (o *recObserver) SubmitToBind(time.Duration) {
-	o.mu.Lock()
-	o.submits++
 	o.mu.Unlock()
 }
 

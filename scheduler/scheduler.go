@@ -430,7 +430,7 @@ func (s *Scheduler) priority(j *api.Job) int32 {
 // covers jobs without pending tasks too).
 func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) {
 	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
-		if (t.Phase == api.TaskPending || t.Phase == "") && t.NodeName == "" && t.SchedulerName == s.cfg.SchedulerName {
+		if s.pendingHere(t) {
 			pending = append(pending, t)
 		}
 	}
@@ -439,11 +439,16 @@ func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) 
 	return pending, sum.Bound, sum.Done
 }
 
+// pendingHere reports whether t waits for this scheduler to place it.
+func (s *Scheduler) pendingHere(t *api.Task) bool {
+	return (t.Phase == api.TaskPending || t.Phase == "") && t.NodeName == "" && t.SchedulerName == s.cfg.SchedulerName
+}
+
 // jobCounts is jobTasks' counts without the pending list: for the callers
 // that only count, every cycle, over every admitted job.
 func (s *Scheduler) jobCounts(j *api.Job) (pending, bound, done int) {
 	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
-		if (t.Phase == api.TaskPending || t.Phase == "") && t.NodeName == "" && t.SchedulerName == s.cfg.SchedulerName {
+		if s.pendingHere(t) {
 			pending++
 		}
 	}

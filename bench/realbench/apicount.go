@@ -130,17 +130,3 @@ func apiWritesNote(before, after apiCounts, bound int, what string) string {
 	return fmt.Sprintf("API writes per bound pod (%s): %.2f (%s)",
 		what, total/float64(bound), strings.Join(parts, ", "))
 }
-
-// seenLagNote gives the time from a pod's create call to the harness's
-// watch first seeing it, in seconds: how far behind the API server's
-// watches ran (a scheduler's informer watches the same server), to set
-// beside create→bound.
-func seenLagNote(lag []float64) string {
-	if len(lag) == 0 {
-		return ""
-	}
-	sort.Float64s(lag)
-	q := func(p float64) float64 { return lag[min(len(lag)-1, int(p*float64(len(lag))))] }
-	return fmt.Sprintf("create call → pod first seen by the harness's watch: p50 %.3f s, p99 %.3f s, max %.3f s",
-		q(0.50), q(0.99), lag[len(lag)-1])
-}

@@ -20,6 +20,7 @@ import (
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/shardsched/shardsched/bench/procstat"
+	"github.com/shardsched/shardsched/bench/report"
 )
 
 // result is what one run measured.
@@ -368,4 +369,17 @@ func doubleBookedNodes(ctx context.Context, cs kubernetes.Interface) (int64, err
 		}
 	}
 	return n, nil
+}
+
+// seenLagNote gives the time from a pod's create call to the harness's
+// watch first seeing it, in seconds: how far behind the API server's
+// watches ran (a scheduler's informer watches the same server), to set
+// beside create→bound.
+func seenLagNote(lag []float64) string {
+	if len(lag) == 0 {
+		return ""
+	}
+	slices.Sort(lag)
+	return fmt.Sprintf("create call → pod first seen by the harness's watch: p50 %.3f s, p99 %.3f s, max %.3f s",
+		report.Percentile(lag, 50), report.Percentile(lag, 99), report.Percentile(lag, 100))
 }
