@@ -108,7 +108,15 @@ func (Resources) Filter(t *api.Task, n *NodeView) Status {
 		return Status{}
 	}
 	req := &t.Request
-	pods, asksPods := req.Scalars[api.Pods]
+	var pods int64
+	var others bool
+	if f := n.factsFor(t); f != nil {
+		pods, others = f.pods, f.otherScalars
+	} else {
+		var asksPods bool
+		pods, asksPods = req.Scalars[api.Pods]
+		others = len(req.Scalars) > 1 || (len(req.Scalars) == 1 && !asksPods)
+	}
 	if pods > 0 && pods > n.freeScalar(api.Pods) {
 		return reject(ReasonTooManyPods)
 	}
@@ -118,7 +126,7 @@ func (Resources) Filter(t *api.Task, n *NodeView) Status {
 	if req.Memory > 0 && req.Memory > n.freeMemory() {
 		return reject(reasonInsufficientMemory)
 	}
-	if len(req.Scalars) == 0 || (asksPods && len(req.Scalars) == 1) {
+	if !others {
 		return Status{} // the common case: no map iteration
 	}
 	short := ""

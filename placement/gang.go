@@ -60,15 +60,20 @@ func PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBooks, minMember 
 // Planner is PlaceGang for a caller that places many gangs in a row (a
 // scheduling cycle): it keeps one call's per-node buffers for the next
 // instead of allocating them for every gang, which at 1,000 nodes was
-// about 140 KB a gang and most of the garbage a cycle made. The zero value
-// is ready. Not safe for concurrent use; results are PlaceGang's.
+// about 140 KB a gang and most of the garbage a cycle made. It also keeps
+// what it derived from each node's allocatable (its pods, whether it has
+// devices) while the same books come back at the same index, as they do
+// gang after gang within a cycle; so books given to a Planner must never
+// have their allocatable changed in place (the cache's snapshots never
+// do: a changed node is new books). The zero value is ready. Not safe for
+// concurrent use; results are PlaceGang's.
 type Planner struct{ p planner }
 
 // PlaceGang is the package's PlaceGang, reusing pl's buffers.
 func (pl *Planner) PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBooks, minMember int, rng *rand.Rand) Result {
 	pl.p.reset(cfg, nodes, rng)
 	res := pl.p.placeGang(tasks, minMember)
-	pl.p.last = nil // keep no task alive between calls
+	pl.p.last, pl.p.facts = nil, taskFacts{} // keep no task alive between calls
 	return res
 }
 
@@ -159,6 +164,12 @@ type planner struct {
 	// serves the whole gang.
 	epoch uint64
 	last  *api.Task
+	// facts are the current task's (begin); every slot's view points here.
+	facts taskFacts
+	// known holds, by index in the nodes of the last call, the facts kept
+	// of each node's allocatable (reset keeps an entry while the same
+	// books come at the same index).
+	known []nodeFacts
 	// lazy: every step is built in, so Free is never materialized (see
 	// builtin); slots keep a tally instead.
 	lazy bool
@@ -172,7 +183,7 @@ const maxWeight int64 = 1 << 32
 func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 	*p = planner{sample: max(cfg.Sample, 0), lazy: true,
 		filters: p.filters[:0], static: p.static[:0], scorers: p.scorers[:0], weights: p.weights[:0],
-		slots: p.slots, order: p.order[:0]}
+		slots: p.slots, order: p.order[:0], known: p.known}
 	prefix := true
 	for _, f := range cfg.Filters {
 		if f == nil {
@@ -222,9 +233,18 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 		p.slots = p.slots[:len(order)]
 		clear(p.slots)
 	}
+	if len(p.known) != len(nodes) {
+		p.known = slices.Grow(p.known[:0], len(nodes))[:len(nodes)]
+		clear(p.known)
+	}
 	for i, k := range order {
 		s := &p.slots[i]
 		s.view.Books = nodes[k]
+		s.view.facts = &p.facts
+		if f := &p.known[k]; f.books != nodes[k] {
+			*f = nodeFacts{books: nodes[k]}
+		}
+		s.view.node = &p.known[k]
 		if p.lazy {
 			s.view.tally = &s.tally
 		}
@@ -237,6 +257,7 @@ func (p *planner) begin(t *api.Task) {
 		p.epoch++
 	}
 	p.last = t
+	p.facts.set(t)
 }
 
 // place picks the best feasible node for t, assumes t onto it and returns
@@ -336,7 +357,7 @@ func (p *planner) run(i int, t *api.Task, s *slot) Status {
 // lazy, from its books.
 func (s *slot) materialize() {
 	if s.view.tally != nil {
-		s.tally.init(s.view.Books)
+		s.tally.init(s.view.Books, s.view.node)
 	} else {
 		s.view.Free = idle(s.view.Books)
 	}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/shardsched/shardsched/api"
@@ -226,6 +227,27 @@ func TestPlannerReuseMatchesPlaceGang(t *testing.T) {
 		want := PlaceGang(cfg, tasks, nodes, m, rngFor(seed))
 		if got := pl.PlaceGang(cfg, tasks, nodes, m, rngFor(seed)); !reflect.DeepEqual(got, want) {
 			t.Fatalf("seed %d: reused planner %+v, PlaceGang %+v", seed, got, want)
+		}
+		// The same books again: the planner plans with what it kept of
+		// them from the call before, and must plan the same.
+		if got := pl.PlaceGang(cfg, tasks, nodes, m, rngFor(seed)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: planner reused on the same books %+v, PlaceGang %+v", seed, got, want)
+		}
+		// A node changed (new books at the same index, its GPUs and pods
+		// otherwise): nothing kept of the old books may be used for it.
+		i := r.IntN(len(nodes))
+		changed := slices.Clone(nodes)
+		nb := copyBooks(nodes[i])
+		if nb.Node.Allocatable.Get(gpu) > 0 {
+			nb.Node.Allocatable = nb.Node.Allocatable.With(gpu, 0)
+		} else {
+			nb.Node.Allocatable = nb.Node.Allocatable.With(gpu, 8)
+		}
+		nb.Node.Allocatable = nb.Node.Allocatable.With(api.Pods, 1+r.Int64N(10))
+		changed[i] = nb
+		want = PlaceGang(cfg, tasks, changed, m, rngFor(seed))
+		if got := pl.PlaceGang(cfg, tasks, changed, m, rngFor(seed)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: planner reused after node %d changed %+v, PlaceGang %+v", seed, i, got, want)
 		}
 	}
 }

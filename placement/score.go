@@ -71,11 +71,17 @@ func (SpareDevices) Name() string { return "SpareDevices" }
 
 // Score implements Scorer.
 func (SpareDevices) Score(t *api.Task, n *NodeView) int64 {
-	if n == nil || n.Books == nil {
-		return MaxScore
+	if n == nil || n.Books == nil || !n.hasDevices() {
+		return MaxScore // most nodes: known once per placement
+	}
+	if t == nil {
+		return 0
+	}
+	if f := n.factsFor(t); f != nil && !f.otherScalars {
+		return 0 // a device node, and the task asks for no device
 	}
 	for d, v := range n.Books.Node.Allocatable.Scalars {
-		if v > 0 && isDevice(d) && (t == nil || t.Request.Scalars[d] <= 0) {
+		if v > 0 && isDevice(d) && t.Request.Scalars[d] <= 0 {
 			return 0
 		}
 	}
@@ -109,14 +115,19 @@ func dominantShareAfter(t *api.Task, n *NodeView) int64 {
 		shareAfter(alloc.MilliCPU, n.freeCPU(), req.MilliCPU),
 		shareAfter(alloc.Memory, n.freeMemory(), req.Memory),
 	)
-	others := len(req.Scalars)
-	if v, ok := req.Scalars[api.Pods]; ok {
-		others--
-		if v > 0 {
-			best = max(best, shareAfter(n.allocScalar(api.Pods), n.freeScalar(api.Pods), v))
-		}
+	var pods int64
+	var others bool
+	if f := n.factsFor(t); f != nil {
+		pods, others = f.pods, f.otherScalars
+	} else {
+		var asksPods bool
+		pods, asksPods = req.Scalars[api.Pods]
+		others = len(req.Scalars) > 1 || (len(req.Scalars) == 1 && !asksPods)
 	}
-	if others == 0 {
+	if pods > 0 {
+		best = max(best, shareAfter(n.allocScalar(api.Pods), n.freeScalar(api.Pods), pods))
+	}
+	if !others {
 		return best // the common case: no map iteration
 	}
 	for d, v := range req.Scalars {

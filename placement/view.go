@@ -59,6 +59,106 @@ type NodeView struct {
 	// tally, when set, means Free is not computed: the built-in steps
 	// read what is free through the accessors below.
 	tally *tally
+	// facts, when set, is what the planner worked out once about the task
+	// it is placing now (see taskFacts); the built-in steps use it only
+	// for that very task.
+	facts *taskFacts
+	// node, when set, is what the planner keeps of the node's allocatable
+	// from one placement to the next (see nodeFacts).
+	node *nodeFacts
+}
+
+// nodeFacts is what the built-in steps derive from a node's allocatable,
+// worked out at most once per node for as long as a Planner sees the same
+// books: gang after gang in a scheduling cycle, instead of once per gang
+// and node. The allocatable of stored books never changes in place (a
+// changed node is a new NodeBooks), so the books' address names the facts.
+type nodeFacts struct {
+	books *api.NodeBooks
+	// allocPods is the allocatable "pods", valid once podsKnown.
+	allocPods int64
+	podsKnown bool
+	devices   devState
+}
+
+// devState is what nodeFacts knows of its node's devices.
+type devState uint8
+
+const (
+	devUnknown devState = iota
+	devNone
+	devSome
+)
+
+// pods returns the node's allocatable "pods".
+func (f *nodeFacts) pods() int64 {
+	if !f.podsKnown {
+		f.allocPods, f.podsKnown = f.books.Node.Allocatable.Scalars[api.Pods], true
+	}
+	return f.allocPods
+}
+
+// hasDevices reports whether the node has some device (an extended
+// resource, isDevice) with a positive allocatable.
+func (f *nodeFacts) hasDevices() bool {
+	if f.devices == devUnknown {
+		f.devices = devNone
+		if deviceIn(&f.books.Node.Allocatable) {
+			f.devices = devSome
+		}
+	}
+	return f.devices == devSome
+}
+
+// deviceIn reports whether r has a positive amount of some device.
+func deviceIn(r *api.Resource) bool {
+	for d, v := range r.Scalars {
+		if v > 0 && isDevice(d) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasDevices is nodeFacts.hasDevices for a view, cached when the planner
+// keeps the node's facts.
+func (n *NodeView) hasDevices() bool {
+	if n.node != nil && n.node.books == n.Books {
+		return n.node.hasDevices()
+	}
+	return deviceIn(&n.Books.Node.Allocatable)
+}
+
+// taskFacts is what the built-in steps read of a task's request on every
+// node, worked out once per task instead of once per node: the pods it
+// asks for and whether it asks for any other scalar (device or not).
+type taskFacts struct {
+	task *api.Task
+	// pods is the task's "pods" request, asksPods whether it names one.
+	pods     int64
+	asksPods bool
+	// otherScalars: the request names a scalar besides "pods".
+	otherScalars bool
+}
+
+// set works out the facts of t.
+func (f *taskFacts) set(t *api.Task) {
+	f.task = t
+	f.pods, f.asksPods = t.Request.Scalars[api.Pods]
+	n := len(t.Request.Scalars)
+	if f.asksPods {
+		n--
+	}
+	f.otherScalars = n > 0
+}
+
+// factsFor returns the planner's facts about t, or nil when the view has
+// none for this task (a step called outside a plan, or for another task).
+func (n *NodeView) factsFor(t *api.Task) *taskFacts {
+	if n.facts != nil && n.facts.task == t {
+		return n.facts
+	}
+	return nil
 }
 
 // tally is what a lazy plan keeps per node instead of a materialized Free:
@@ -72,12 +172,16 @@ type tally struct {
 	assumed           map[string]int64
 }
 
-// init computes the tally from a node's books.
-func (t *tally) init(b *api.NodeBooks) {
+// init computes the tally from a node's books and the facts kept of them.
+func (t *tally) init(b *api.NodeBooks, f *nodeFacts) {
 	a, u := &b.Node.Allocatable, &b.Used
 	t.cpu = clampedSub(a.MilliCPU, u.MilliCPU)
 	t.memory = clampedSub(a.Memory, u.Memory)
-	t.allocPods = a.Scalars[api.Pods]
+	if f != nil && f.books == b {
+		t.allocPods = f.pods()
+	} else {
+		t.allocPods = a.Scalars[api.Pods]
+	}
 	t.pods = clampedSub(t.allocPods, u.Scalars[api.Pods])
 }
 

@@ -142,7 +142,9 @@ func (c *Claims) follow(ctx context.Context, rev int64) {
 		case <-tick.C:
 			c.resolveUnknown(ctx)
 			c.mu.Lock()
-			want := c.wantProgress || c.tombstonesAheadLocked()
+			// Behind a record this shard acquired: ask now rather than
+			// when the first job of that queue is to be placed.
+			want := c.wantProgress || c.tombstonesAheadLocked() || c.rev < c.sh.acquiredRev.Load()
 			c.wantProgress = false
 			c.pruneLocked(time.Now())
 			c.mu.Unlock()

@@ -150,6 +150,8 @@ func (s *Shard) acquire(sess *concurrency.Session, key string) func() {
 			return func() { s.apply(func(m *Machine) []Action { return m.AcquireRefused(key) }) }
 		}
 	}
+	for cur := s.acquiredRev.Load(); rev > cur && !s.acquiredRev.CompareAndSwap(cur, rev); cur = s.acquiredRev.Load() {
+	}
 	return func() { s.apply(func(m *Machine) []Action { return m.Acquired(key, rev) }) }
 }
 

@@ -44,6 +44,12 @@ type Shard struct {
 
 	crashed atomic.Bool  // Crash was called: gossip is already shut down
 	changes atomic.Int64 // ownership records acquired or released
+	// acquiredRev is the highest revision at which this shard acquired an
+	// ownership record: the claim store asks etcd for watch progress until
+	// it has seen that far, so that the owner of a newly taken queue may
+	// place its jobs in its next cycle instead of waiting for someone to
+	// ask first (Claims.OwnerMayPlace).
+	acquiredRev atomic.Int64
 
 	results chan func() // action results, applied by the loop
 	kick    chan struct{}
