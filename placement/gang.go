@@ -74,6 +74,7 @@ func (pl *Planner) PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBoo
 	pl.p.reset(cfg, nodes, rng)
 	res := pl.p.placeGang(tasks, minMember)
 	pl.p.last, pl.p.facts = nil, taskFacts{} // keep no task alive between calls
+	pl.p.prevFilters = append(pl.p.prevFilters[:0], pl.p.filters...)
 	return res
 }
 
@@ -137,10 +138,6 @@ type slot struct {
 	// ready: view.Free (or tally) is computed. It is computed the first time a filter
 	// that reads it, or a scorer, is about to see the node.
 	ready bool
-	// static is the verdict of the chain's static prefix for the tasks of
-	// constraint epoch `epoch` (see planner.epoch).
-	static Status
-	epoch  uint64
 }
 
 // planner holds one PlaceGang call's state. It is never shared.
@@ -148,7 +145,7 @@ type planner struct {
 	filters []Filter
 	// static filters depend only on the books and the task's constraints
 	// (see staticFilter); nStatic is the length of the chain's leading run
-	// of them, whose verdicts slots cache per epoch.
+	// of them, whose verdicts nodeFacts cache per epoch.
 	static  []bool
 	nStatic int
 	scorers []Scorer
@@ -158,12 +155,21 @@ type planner struct {
 	order   []int  // the shuffled node indices (reset's buffer)
 	start   int    // where the next scan starts when sampling
 	// epoch names the current task's constraints (selector, affinity,
-	// tolerations); it moves on when a task's constraints differ from the
-	// previous task's, which invalidates every slot's cached verdict. The
-	// tasks of one gang usually share a pod template, so one static scan
-	// serves the whole gang.
+	// tolerations) under the current filters; it moves on when a task's
+	// constraints differ from the previous task's, which invalidates every
+	// node's cached verdict. The tasks of one gang usually share a pod
+	// template, so one static scan serves the whole gang; a Planner keeps
+	// the epoch from one call to the next when the filters are the same
+	// built-in ones, so gangs of the same constraints in a cycle share it
+	// too.
 	epoch uint64
 	last  *api.Task
+	// cons are the constraints of the last task placed (only those fields
+	// are set: the task itself is not kept), prevFilters the last call's
+	// filters; both let the next call keep the epoch.
+	cons        api.Task
+	consSet     bool
+	prevFilters []Filter
 	// facts are the current task's (begin); every slot's view points here.
 	facts taskFacts
 	// known holds, by index in the nodes of the last call, the facts kept
@@ -183,7 +189,8 @@ const maxWeight int64 = 1 << 32
 func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 	*p = planner{sample: max(cfg.Sample, 0), lazy: true,
 		filters: p.filters[:0], static: p.static[:0], scorers: p.scorers[:0], weights: p.weights[:0],
-		slots: p.slots, order: p.order[:0], known: p.known}
+		slots: p.slots, order: p.order[:0], known: p.known,
+		epoch: p.epoch, cons: p.cons, consSet: p.consSet, prevFilters: p.prevFilters}
 	prefix := true
 	for _, f := range cfg.Filters {
 		if f == nil {
@@ -212,6 +219,13 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 		}
 		p.scorers = append(p.scorers, s)
 		p.weights = append(p.weights, w)
+	}
+	// The static verdicts kept in known stay valid only under the same
+	// filters; comparing is safe for the built-in ones (comparable
+	// values), which a lazy planner has only.
+	if !p.lazy || !slices.Equal(p.filters, p.prevFilters) {
+		p.epoch++
+		p.cons, p.consSet = api.Task{}, false
 	}
 	// Shuffle indices, not slots: swapping integers is much cheaper than
 	// swapping structs that hold pointers.
@@ -254,7 +268,10 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 // begin prepares the planner for task t.
 func (p *planner) begin(t *api.Task) {
 	if p.last == nil || !sameConstraints(p.last, t) {
-		p.epoch++
+		if p.last != nil || !p.sameAsLastCall(t) {
+			p.epoch++
+		}
+		p.cons, p.consSet = api.Task{NodeSelector: t.NodeSelector, Tolerations: t.Tolerations, Affinity: t.Affinity}, true
 	}
 	p.last = t
 	p.facts.set(t)
@@ -316,17 +333,18 @@ func (p *planner) feasible(t *api.Task, s *slot) (Status, bool) {
 	if s.view.Books.OutOfSync {
 		return reject(ReasonOutOfSync), false
 	}
-	if s.epoch != p.epoch {
-		s.static, s.epoch = Status{}, p.epoch
+	nf := s.view.node
+	if nf.epoch != p.epoch {
+		nf.static, nf.epoch = Status{}, p.epoch
 		for i := range p.nStatic {
 			if st := p.run(i, t, s); st.Code != Success {
-				s.static = st
+				nf.static = st
 				break
 			}
 		}
 	}
-	if s.static.Code != Success {
-		return s.static, false
+	if nf.static.Code != Success {
+		return nf.static, false
 	}
 	for i := p.nStatic; i < len(p.filters); i++ {
 		if st := p.run(i, t, s); st.Code != Success {
@@ -362,6 +380,12 @@ func (s *slot) materialize() {
 		s.view.Free = idle(s.view.Books)
 	}
 	s.ready = true
+}
+
+// sameAsLastCall reports whether t, the first task of a call, has the
+// constraints of the previous call's last task (and the epoch may stay).
+func (p *planner) sameAsLastCall(t *api.Task) bool {
+	return p.consSet && sameConstraints(&p.cons, t)
 }
 
 // sameConstraints reports whether a and b have the same node selector,

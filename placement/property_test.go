@@ -233,8 +233,17 @@ func TestPlannerReuseMatchesPlaceGang(t *testing.T) {
 		if got := pl.PlaceGang(cfg, tasks, nodes, m, rngFor(seed)); !reflect.DeepEqual(got, want) {
 			t.Fatalf("seed %d: planner reused on the same books %+v, PlaceGang %+v", seed, got, want)
 		}
-		// A node changed (new books at the same index, its GPUs and pods
-		// otherwise): nothing kept of the old books may be used for it.
+		// Another gang on the same books, with constraints of its own:
+		// the verdicts kept for the last gang's constraints must not serve.
+		other, m2 := randomGang(r), 0
+		if r.IntN(2) == 0 {
+			m2 = len(other)
+		}
+		if got, want := pl.PlaceGang(cfg, other, nodes, m2, rngFor(seed)), PlaceGang(cfg, other, nodes, m2, rngFor(seed)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: planner reused for another gang %+v, PlaceGang %+v", seed, got, want)
+		}
+		// A node changed (new books at the same index, its GPUs, pods and
+		// zone otherwise): nothing kept of the old books may be used for it.
 		i := r.IntN(len(nodes))
 		changed := slices.Clone(nodes)
 		nb := copyBooks(nodes[i])
@@ -244,6 +253,7 @@ func TestPlannerReuseMatchesPlaceGang(t *testing.T) {
 			nb.Node.Allocatable = nb.Node.Allocatable.With(gpu, 8)
 		}
 		nb.Node.Allocatable = nb.Node.Allocatable.With(api.Pods, 1+r.Int64N(10))
+		nb.Node.Labels = map[string]string{"zone": []string{"a", "b", "c"}[r.IntN(3)], "gen": "5"}
 		changed[i] = nb
 		want = PlaceGang(cfg, tasks, changed, m, rngFor(seed))
 		if got := pl.PlaceGang(cfg, tasks, changed, m, rngFor(seed)); !reflect.DeepEqual(got, want) {

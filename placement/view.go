@@ -79,6 +79,11 @@ type nodeFacts struct {
 	allocPods int64
 	podsKnown bool
 	devices   devState
+	// static is the verdict of the filter chain's static prefix for the
+	// tasks of constraint epoch `epoch` (see planner.epoch): it depends
+	// on the books' labels, taints and flags, never on what is used.
+	static Status
+	epoch  uint64
 }
 
 // devState is what nodeFacts knows of its node's devices.
