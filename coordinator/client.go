@@ -161,6 +161,99 @@ func (c *Client) ReserveWith(ctx context.Context, job JobRef, queue string, amou
 	return res, err
 }
 
+// ReserveInOrder asks for a chain of reservations (a queue's jobs, in
+// order) in one round trip; the leader applies them one after another.
+// With stop, a reserve is tried only if the one before it was admitted,
+// nominated or can never fit, and is answered ErrBehind otherwise (see
+// InOrder): the same outcome as asking one after another, in one
+// round trip instead of one each. Without stop every reserve is tried. At
+// most maxBatch reserves; a longer chain is answered ErrInvalid. Answers
+// are in the order asked; a chain the leader did not settle (a leader
+// change, the network) is sent again whole, up to MaxAttempts times
+// (reserves are idempotent by UID), and then each unsettled reserve is
+// answered ErrUnavailable.
+func (c *Client) ReserveInOrder(ctx context.Context, reqs []InOrder, stop bool) []Answer {
+	out := make([]Answer, len(reqs))
+	if len(reqs) == 0 {
+		return out
+	}
+	if len(reqs) > maxBatch {
+		for i := range out {
+			out[i].Err = fmt.Errorf("%w: a chain of %d reserves (at most %d)", ErrInvalid, len(reqs), maxBatch)
+		}
+		return out
+	}
+	ctx, span := c.cfg.Tracer.Tracer("shardsched/coordinator").Start(ctx, "coordinator.reserve_in_order",
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("queue", reqs[0].Queue), attribute.Int("jobs", len(reqs)), attribute.String("shard", c.cfg.Shard)))
+	defer span.End()
+	lease := c.cfg.Lease
+	if c.cfg.LeaseFunc != nil {
+		lease = c.cfg.LeaseFunc()
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	items := make([]batchItem, len(reqs))
+	for i, r := range reqs {
+		req := ReserveRequest{Job: r.Job, Queue: r.Queue, Amount: r.Amount, Lease: int64(lease), Shard: c.cfg.Shard, Terms: r.Terms}
+		items[i] = batchItem{Op: "reserve", Reserve: &req}
+		if len(carrier) > 0 {
+			items[i].Trace = carrier
+		}
+		if stop && i > 0 {
+			items[i].Behind = i // 1-based: the item before
+		}
+	}
+	backoff := c.cfg.Backoff
+	var lastErr error
+	for attempt := 1; attempt <= c.cfg.MaxAttempts; attempt++ {
+		if attempt > 1 {
+			select {
+			case <-ctx.Done():
+				lastErr = errors.Join(ctx.Err(), lastErr)
+			case <-time.After(jittered(backoff, rand.Int64N)):
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			backoff = min(2*backoff, c.cfg.MaxBackoff)
+		}
+		addr, err := c.leaderAddr(ctx)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		replies, err := c.postBatch(addr, items)
+		if err != nil {
+			lastErr = err
+			c.forgetLeader(addr)
+			continue
+		}
+		settled := true
+		for i, rep := range replies {
+			if rep.Error == nil {
+				out[i] = Answer{Result: resultOf(rep)}
+				continue
+			}
+			err := fromWire(rep.Error)
+			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrUnavailable) {
+				settled, lastErr = false, err
+				break
+			}
+			out[i] = Answer{Result: Result{Seq: rep.Seq}, Err: err}
+		}
+		if settled {
+			return out
+		}
+		c.forgetLeader(addr)
+	}
+	for i := range out {
+		out[i] = Answer{Err: fmt.Errorf("%w: %d attempts failed: %v", ErrUnavailable, c.cfg.MaxAttempts, lastErr)}
+	}
+	span.SetStatus(codes.Error, fmt.Sprint(lastErr))
+	return out
+}
+
 // Confirm makes a job's reservation durable once its gang is bound.
 func (c *Client) Confirm(ctx context.Context, uid string) (Result, error) {
 	return c.batched(ctx, batchItem{Op: "confirm", UID: uid}, "/v1/confirm", uidRequest{UID: uid})

@@ -41,6 +41,11 @@ type batchItem struct {
 	UID     string          `json:"uid,omitempty"`
 	// Trace carries the caller's W3C trace context (traceparent).
 	Trace map[string]string `json:"trace,omitempty"`
+	// Behind, on a reserve, is the 1-based index of an earlier reserve of
+	// the same batch that this one waits behind: it is tried only if that
+	// one was admitted, nominated or can never fit, and is answered
+	// ErrBehind otherwise (Client.ReserveInOrder). 0: none.
+	Behind int `json:"behind,omitempty"`
 }
 
 type batchReply struct {
@@ -71,6 +76,7 @@ const (
 	codeUnavailable = "unavailable"
 	codeSession     = "session_expired"
 	codeUnauth      = "unauthenticated"
+	codeBehind      = "behind"
 )
 
 func toWire(err error) (int, *wireError) {
@@ -86,6 +92,8 @@ func toWire(err error) (int, *wireError) {
 		return http.StatusServiceUnavailable, &wireError{Code: codeNotLeader, Message: err.Error()}
 	case errors.Is(err, ErrSessionExpired):
 		return http.StatusGone, &wireError{Code: codeSession, Message: err.Error()}
+	case errors.Is(err, ErrBehind):
+		return http.StatusConflict, &wireError{Code: codeBehind, Message: err.Error()}
 	default:
 		return http.StatusServiceUnavailable, &wireError{Code: codeUnavailable, Message: err.Error()}
 	}
@@ -108,6 +116,8 @@ func fromWire(w *wireError) error {
 		return &wrapped{ErrSessionExpired, w.Message}
 	case codeUnauth:
 		return &wrapped{ErrUnauthenticated, w.Message}
+	case codeBehind:
+		return &wrapped{ErrBehind, w.Message}
 	}
 	return &wrapped{ErrUnavailable, w.Message}
 }
@@ -208,6 +218,13 @@ func (s *Server) routes() http.Handler {
 			default:
 				s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "batch item " + itoa(int64(i)) + ": unknown op " + it.Op}})
 				return
+			}
+			if it.Behind != 0 {
+				if it.Behind < 1 || it.Behind > i || calls[i].kind != opReserve || calls[it.Behind-1].kind != opReserve {
+					s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "batch item " + itoa(int64(i)) + ": behind must name an earlier reserve (1-based) from a reserve"}})
+					return
+				}
+				calls[i].behind = calls[it.Behind-1]
 			}
 		}
 		spans := make([]trace.Span, len(items))

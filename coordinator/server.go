@@ -170,6 +170,13 @@ type call struct {
 	specs   []api.QueueSpec
 	delRev  int64
 	done    chan result // buffered, 1
+	// behind is the reserve of the same batch this one waits behind
+	// (batchItem.Behind); blocks is set when this reserve is applied: it
+	// was not admitted, not nominated and could fit some day, or it was
+	// itself behind one that blocked. Both are read and written only by
+	// the term's loop once the call is submitted.
+	behind *call
+	blocks bool
 }
 
 type result struct {

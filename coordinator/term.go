@@ -215,7 +215,15 @@ type pending struct {
 // with the writes of what the call changed as a side effect (victims marked
 // or unmarked).
 func (t *term) apply(c *call) (result, []clientv3.Op, error) {
+	if c.kind == opReserve && c.behind != nil && c.behind.blocks {
+		c.blocks = true
+		return result{err: &wrapped{ErrBehind, "not tried: job " + c.behind.reserve.Job.String() + " ahead of it was not admitted"}}, nil, nil
+	}
 	res, ops, err := t.applyOne(c)
+	if c.kind == opReserve {
+		var qe *QuotaError
+		c.blocks = err != nil || (res.err != nil && !(errors.As(res.err, &qe) && qe.Asked > qe.Capability))
+	}
 	for _, uid := range t.ledger.takeDirty() {
 		r, ok := t.ledger.Get(uid)
 		if !ok {
@@ -378,6 +386,7 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 		a0 := time.Now()
 		for i, c := range batch {
 			if l := t.writeLease(c); l != 0 && dead[l] {
+				c.blocks = true
 				ps = append(ps, pending{c: c, res: result{err: fmt.Errorf("%w: lease %x", ErrSessionExpired, l)}})
 				continue
 			}

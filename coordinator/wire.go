@@ -14,6 +14,8 @@ type (
 	QuotaError  = wire.QuotaError
 	Result      = wire.Result
 	Seq         = wire.Seq
+	InOrder     = wire.InOrder
+	Answer      = wire.Answer
 )
 
 // Reservation states and reasons for taking quota back (see package wire).
@@ -29,4 +31,5 @@ const (
 var (
 	ErrInvalid  = wire.ErrInvalid
 	ErrNotFound = wire.ErrNotFound
+	ErrBehind   = wire.ErrBehind
 )

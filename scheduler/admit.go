@@ -101,20 +101,93 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	// Queues go in parallel (the client batches their calls), so within one
 	// cycle the fair-share order between queues is approximate; it holds
 	// across cycles. A queue stops at its first job that is not admitted.
+	oq, ordered := s.deps.Quota.(orderedQuota)
 	parallel(work, s.cfg.AdmitParallelism, func(reqs []admitReq) {
+		if ordered && len(reqs) > 1 {
+			s.reserveInOrder(ctx, oq, reqs)
+			return
+		}
 		for i, r := range reqs {
 			if !s.reserve(ctx, r) && !r.traverse {
-				if s.shortLately(r.job.Queue, s.cfg.Now()) {
-					behind := make([]*api.Job, 0, len(reqs)-i-1)
-					for _, b := range reqs[i+1:] {
-						behind = append(behind, b.job)
-					}
-					s.noteBehind(r.job.Queue, r.job, behind)
-				}
+				s.heldBehind(reqs, i)
 				return
 			}
 		}
 	})
+}
+
+// orderedQuota is a Quota that can ask for a queue's jobs in one round trip
+// (*coordinator.Client): admission then costs one round trip per queue and
+// cycle instead of one per job, with the same outcome.
+type orderedQuota interface {
+	ReserveInOrder(ctx context.Context, reqs []wire.InOrder, stop bool) []wire.Answer
+}
+
+// chainLen bounds the reserves of one ReserveInOrder call.
+const chainLen = 256
+
+// reserveInOrder asks for one queue's jobs (reqs, in order) in chains of
+// chainLen, each in one round trip, and records the answers in order as
+// reserve would: in a fifo queue the coordinator tries no job behind one
+// that is not admitted (wire.ErrBehind), so nothing passes a job that
+// waits for quota. Called concurrently by admit's workers, one per queue.
+func (s *Scheduler) reserveInOrder(ctx context.Context, oq orderedQuota, reqs []admitReq) {
+	stop := !reqs[0].traverse
+	for start := 0; start < len(reqs); start += chainLen {
+		part := reqs[start:min(start+chainLen, len(reqs))]
+		ins := make([]wire.InOrder, len(part))
+		for i, r := range part {
+			ins[i] = wire.InOrder{Job: wire.JobRef{Namespace: r.job.Namespace, Name: r.job.Name, UID: r.job.UID}, Queue: r.job.Queue, Amount: r.amount, Terms: r.terms}
+		}
+		actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
+			attribute.String("queue", part[0].job.Queue), attribute.Int("jobs", len(part))))
+		cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
+		t0 := time.Now()
+		answers := oq.ReserveInOrder(cctx, ins, stop)
+		took := time.Since(t0)
+		cancel()
+		admitted := 0
+		for i, a := range answers {
+			if i >= len(part) {
+				break
+			}
+			if errors.Is(a.Err, wire.ErrBehind) {
+				// Not tried: the job before it was not admitted (and was
+				// recorded so, below); it is asked for again next cycle.
+				span.SetAttributes(attribute.Int("admitted", admitted))
+				span.End()
+				s.heldBehind(reqs, start+i-1)
+				return
+			}
+			s.obs.Reserve(took)
+			if !s.recordReserve(part[i], a.Result, a.Err) && !part[i].traverse {
+				span.SetAttributes(attribute.Int("admitted", admitted))
+				span.End()
+				s.heldBehind(reqs, start+i)
+				return
+			}
+			admitted++
+		}
+		span.SetAttributes(attribute.Int("admitted", admitted))
+		span.End()
+	}
+}
+
+// heldBehind says on the jobs after reqs[i] that they wait behind it, when
+// its queue was found short of quota lately.
+func (s *Scheduler) heldBehind(reqs []admitReq, i int) {
+	if i < 0 || i >= len(reqs) {
+		return
+	}
+	r := reqs[i]
+	if !s.shortLately(r.job.Queue, s.cfg.Now()) {
+		return
+	}
+	behind := make([]*api.Job, 0, len(reqs)-i-1)
+	for _, b := range reqs[i+1:] {
+		behind = append(behind, b.job)
+	}
+	s.noteBehind(r.job.Queue, r.job, behind)
 }
 
 type admitReq struct {
@@ -142,6 +215,15 @@ func (s *Scheduler) reserve(ctx context.Context, r admitReq) bool {
 	cancel()
 	span.SetAttributes(attribute.Bool("admitted", err == nil))
 	span.End()
+	return s.recordReserve(r, res, err)
+}
+
+// recordReserve records the coordinator's answer to one job's reserve and
+// reports whether the jobs behind it in its queue may be asked for now (it
+// was admitted or nominated, or it can never fit). Called concurrently by
+// admit's workers.
+func (s *Scheduler) recordReserve(r admitReq, res wire.Result, err error) bool {
+	j := r.job
 	var qe *wire.QuotaError
 	switch {
 	case err == nil && res.Reservation.State == wire.Nominated:

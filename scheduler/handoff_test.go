@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -115,6 +116,27 @@ func (f *fakeQuota) ReserveWith(_ context.Context, job wire.JobRef, q string, a 
 		out.Victims = f.ledger.Victims(job.UID)
 	}
 	return out, err
+}
+
+// ReserveInOrder is the coordinator's chain (coordinator/term.go, apply):
+// each reserve in turn through the ledger; with stop, those behind one
+// that blocks (refused, unless it can never fit) are answered ErrBehind.
+// The scheduler therefore admits through its ordered path in every test
+// that uses this fake; TestReserveInOrder checks the coordinator's own.
+func (f *fakeQuota) ReserveInOrder(ctx context.Context, reqs []wire.InOrder, stop bool) []wire.Answer {
+	out := make([]wire.Answer, len(reqs))
+	blocked := false
+	for i, r := range reqs {
+		if stop && blocked {
+			out[i].Err = wire.ErrBehind
+			continue
+		}
+		res, err := f.ReserveWith(ctx, r.Job, r.Queue, r.Amount, r.Terms)
+		out[i] = wire.Answer{Result: res, Err: err}
+		var qe *wire.QuotaError
+		blocked = err != nil && !(errors.As(err, &qe) && qe.Asked > qe.Capability)
+	}
+	return out
 }
 
 func (f *fakeQuota) Evictions(context.Context) (wire.Result, error) {

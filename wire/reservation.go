@@ -30,7 +30,30 @@ const (
 var (
 	ErrInvalid  = errors.New("invalid request")
 	ErrNotFound = errors.New("reservation not found")
+	// ErrBehind answers a reserve of an ordered chain that was not tried
+	// because a job ahead of it in the chain was not admitted (see
+	// InOrder).
+	ErrBehind = errors.New("not tried: a job ahead of it in its queue was not admitted")
 )
+
+// InOrder is one reserve of a chain asked for in one round trip, in
+// order: a queue's jobs by priority and age. In a chain that stops at a
+// refusal, a reserve is tried only if the one before it was admitted,
+// nominated or can never fit (it asks more than a level's capability);
+// otherwise it is answered ErrBehind, so no job passes one that waits for
+// quota, exactly as if they had been asked for one after another.
+type InOrder struct {
+	Job    JobRef
+	Queue  string
+	Amount api.Resource
+	Terms  *Terms
+}
+
+// Answer is the outcome of one reserve of a chain.
+type Answer struct {
+	Result Result
+	Err    error
+}
 
 // JobRef names a job. Jobs are identified by UID alone: the same namespace
 // and name with another UID is another job.
