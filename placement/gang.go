@@ -71,6 +71,7 @@ type Planner struct{ p planner }
 
 // PlaceGang is the package's PlaceGang, reusing pl's buffers.
 func (pl *Planner) PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBooks, minMember int, rng *rand.Rand) Result {
+	pl.p.keep = true
 	pl.p.reset(cfg, nodes, rng)
 	res := pl.p.placeGang(tasks, minMember)
 	pl.p.last, pl.p.facts = nil, taskFacts{} // keep no task alive between calls
@@ -138,6 +139,9 @@ type slot struct {
 	// ready: view.Free (or tally) is computed. It is computed the first time a filter
 	// that reads it, or a scorer, is about to see the node.
 	ready bool
+	// own holds the node's facts in a planner that keeps none from one
+	// call to the next (PlaceGang's).
+	own nodeFacts
 }
 
 // planner holds one PlaceGang call's state. It is never shared.
@@ -176,6 +180,9 @@ type planner struct {
 	// of each node's allocatable (reset keeps an entry while the same
 	// books come at the same index).
 	known []nodeFacts
+	// keep: the planner is a Planner's, whose known outlive a call;
+	// PlaceGang's keeps each node's facts in its slot instead.
+	keep bool
 	// lazy: every step is built in, so Free is never materialized (see
 	// builtin); slots keep a tally instead.
 	lazy bool
@@ -189,7 +196,7 @@ const maxWeight int64 = 1 << 32
 func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 	*p = planner{sample: max(cfg.Sample, 0), lazy: true,
 		filters: p.filters[:0], static: p.static[:0], scorers: p.scorers[:0], weights: p.weights[:0],
-		slots: p.slots, order: p.order[:0], known: p.known,
+		slots: p.slots, order: p.order[:0], known: p.known, keep: p.keep,
 		epoch: p.epoch, cons: p.cons, consSet: p.consSet, prevFilters: p.prevFilters}
 	prefix := true
 	for _, f := range cfg.Filters {
@@ -247,7 +254,7 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 		p.slots = p.slots[:len(order)]
 		clear(p.slots)
 	}
-	if len(p.known) != len(nodes) {
+	if p.keep && len(p.known) != len(nodes) {
 		p.known = slices.Grow(p.known[:0], len(nodes))[:len(nodes)]
 		clear(p.known)
 	}
@@ -255,10 +262,15 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 		s := &p.slots[i]
 		s.view.Books = nodes[k]
 		s.view.facts = &p.facts
-		if f := &p.known[k]; f.books != nodes[k] {
-			*f = nodeFacts{books: nodes[k]}
+		if !p.keep {
+			s.own.books = nodes[k]
+			s.view.node = &s.own
+		} else {
+			if f := &p.known[k]; f.books != nodes[k] {
+				*f = nodeFacts{books: nodes[k]}
+			}
+			s.view.node = &p.known[k]
 		}
-		s.view.node = &p.known[k]
 		if p.lazy {
 			s.view.tally = &s.tally
 		}
