@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -36,9 +35,19 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	defer func() {
 		parallel(confirms, s.cfg.AdmitParallelism, func(c confirmReq) { s.confirm(ctx, c.job, c.bound) })
 	}()
-	// Oldest first within a priority, so the longest-waiting gang plans
-	// before younger jobs take the room.
-	jobs = slices.Clone(jobs)
+	// The roles first: most of the cluster's jobs are other shards' to
+	// place, and only this shard's are sorted (each job's priority reads
+	// the cache). Then oldest first within a priority, so the
+	// longest-waiting gang plans before younger jobs take the room.
+	roles := make(map[*api.Job]role, 64)
+	ours := make([]*api.Job, 0, 64)
+	for _, j := range jobs {
+		if r := s.roleOf(ctx, j); r != notMine {
+			roles[j] = r
+			ours = append(ours, j)
+		}
+	}
+	jobs = ours
 	s.byPriority(jobs)
 	placedJobs, mine := map[string]bool{}, map[string]bool{}
 	s.held.full = false
@@ -61,10 +70,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	keepCover := map[string]bool{} // jobs whose reservation nobody else can have resized
 	room := &lazyRoom{nodes: nodes}
 	for _, j := range jobs {
-		role := s.roleOf(ctx, j)
-		if role == notMine {
-			continue
-		}
+		role := roles[j]
 		pending, bound, _ := s.jobTasks(j)
 		bySpec := s.boundBySpec(j)
 		pending, short := gangOrder(j, pending, bySpec)

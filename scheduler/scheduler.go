@@ -487,9 +487,9 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 	if s.deps.Groups == nil {
 		return
 	}
-	have := map[string]bool{}
+	have := make(map[jobKey]bool, len(jobs))
 	for _, j := range jobs {
-		have[j.Namespace+"/"+j.Name] = true
+		have[jobKey{j.Namespace, j.Name}] = true
 	}
 	now := s.cfg.Now()
 	for k, t := range s.groupOps {
@@ -497,15 +497,16 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 			delete(s.groupOps, k)
 		}
 	}
-	created := map[string]bool{}
+	created := map[jobKey]bool{}
 	for _, t := range s.snap.PendingTasks() {
 		if !t.Implicit || t.SchedulerName != s.cfg.SchedulerName || t.NodeName != "" {
 			continue
 		}
-		key := t.Namespace + "/" + t.Job
-		if have[key] || created[key] {
+		jk := jobKey{t.Namespace, t.Job}
+		if have[jk] || created[jk] {
 			continue
 		}
+		key := t.Namespace + "/" + t.Job
 		if _, recent := s.groupOps[key]; recent {
 			continue // created a moment ago; the informer has not shown it yet
 		}
@@ -516,7 +517,7 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 		if !s.deps.Ownership.Holds(wire.QueueKey(q)) {
 			continue
 		}
-		created[key] = true
+		created[jk] = true
 		s.groupOps[key] = now
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 		err := s.deps.Groups.CreatePodGroup(cctx, t.Namespace, t.Job, q, 1)
