@@ -43,6 +43,12 @@
 // idempotent by UID). Tentative reservations that expire with their shard's
 // lease reach the leader through a watch on the reservation prefix.
 //
+// A shard asks for a queue's jobs in one batch (Client.ReserveInOrder):
+// each reserve after the first names the one before it, and the leader,
+// applying them in order, answers ErrBehind without trying one whose
+// predecessor was refused (unless the predecessor can never fit), so a
+// fifo queue's outcome is that of asking one job after another.
+//
 // Layout in etcd, under Config.Prefix:
 //
 //	<prefix>/election/<lease>   election keys (value: leader address)

@@ -19,9 +19,10 @@ import (
 
 // admit asks the coordinator for every job of an owned queue that has no
 // reservation yet. Queues go in fair-share order, jobs by priority then age;
-// a queue's jobs are reserved one after another (so priority holds within
-// the queue) while up to AdmitParallelism queues are in flight at once (the
-// coordinator client batches their calls).
+// a queue's jobs are reserved in order (so priority holds within the
+// queue: in one round trip through ReserveInOrder when the Quota has it,
+// else one after another) while up to AdmitParallelism queues are in
+// flight at once (the coordinator client batches their calls).
 func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	tree := s.Tree() // once per cycle: every queue's facts come from it
 	queues := make([]string, 0, len(byQueue))
