@@ -208,15 +208,10 @@ func (c *Client) ReserveInOrder(ctx context.Context, reqs []InOrder, stop bool) 
 	var lastErr error
 	for attempt := 1; attempt <= c.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
-			select {
-			case <-ctx.Done():
-				lastErr = errors.Join(ctx.Err(), lastErr)
-			case <-time.After(jittered(backoff, rand.Int64N)):
-			}
-			if ctx.Err() != nil {
+			if err := c.pause(ctx, &backoff); err != nil {
+				lastErr = errors.Join(err, lastErr)
 				break
 			}
-			backoff = min(2*backoff, c.cfg.MaxBackoff)
 		}
 		addr, err := c.leaderAddr(ctx)
 		if err != nil {
@@ -306,12 +301,9 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (Result,
 	var lastErr error
 	for attempt := 1; attempt <= c.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
-			select {
-			case <-ctx.Done():
-				return Result{}, errors.Join(ctx.Err(), lastErr)
-			case <-time.After(jittered(backoff, rand.Int64N)):
+			if err := c.pause(ctx, &backoff); err != nil {
+				return Result{}, errors.Join(err, lastErr)
 			}
-			backoff = min(2*backoff, c.cfg.MaxBackoff)
 		}
 		addr, err := c.leaderAddr(ctx)
 		if err != nil {
@@ -326,6 +318,18 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (Result,
 		c.forgetLeader(addr)
 	}
 	return Result{}, fmt.Errorf("coordinator: %d attempts failed: %w", c.cfg.MaxAttempts, lastErr)
+}
+
+// pause waits before a retry: *backoff, jittered, which it then doubles
+// up to MaxBackoff; it returns ctx's error if ctx ends first.
+func (c *Client) pause(ctx context.Context, backoff *time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(jittered(*backoff, rand.Int64N)):
+	}
+	*backoff = min(2**backoff, c.cfg.MaxBackoff)
+	return nil
 }
 
 func (c *Client) once(ctx context.Context, method, url string, payload []byte) (res Result, retry bool, err error) {

@@ -108,15 +108,7 @@ func (Resources) Filter(t *api.Task, n *NodeView) Status {
 		return Status{}
 	}
 	req := &t.Request
-	var pods int64
-	var others bool
-	if f := n.factsFor(t); f != nil {
-		pods, others = f.pods, f.otherScalars
-	} else {
-		var asksPods bool
-		pods, asksPods = req.Scalars[api.Pods]
-		others = len(req.Scalars) > 1 || (len(req.Scalars) == 1 && !asksPods)
-	}
+	pods, others := n.podsAndOthers(t)
 	if pods > 0 && pods > n.freeScalar(api.Pods) {
 		return reject(ReasonTooManyPods)
 	}

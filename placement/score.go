@@ -115,15 +115,7 @@ func dominantShareAfter(t *api.Task, n *NodeView) int64 {
 		shareAfter(alloc.MilliCPU, n.freeCPU(), req.MilliCPU),
 		shareAfter(alloc.Memory, n.freeMemory(), req.Memory),
 	)
-	var pods int64
-	var others bool
-	if f := n.factsFor(t); f != nil {
-		pods, others = f.pods, f.otherScalars
-	} else {
-		var asksPods bool
-		pods, asksPods = req.Scalars[api.Pods]
-		others = len(req.Scalars) > 1 || (len(req.Scalars) == 1 && !asksPods)
-	}
+	pods, others := n.podsAndOthers(t)
 	if pods > 0 {
 		best = max(best, shareAfter(n.allocScalar(api.Pods), n.freeScalar(api.Pods), pods))
 	}

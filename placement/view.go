@@ -157,6 +157,20 @@ func (f *taskFacts) set(t *api.Task) {
 	f.otherScalars = n > 0
 }
 
+// podsAndOthers returns t's "pods" request and whether it asks for any
+// other scalar: from the planner's facts when the view has them for t.
+func (n *NodeView) podsAndOthers(t *api.Task) (int64, bool) {
+	if t == nil {
+		return 0, false
+	}
+	if f := n.factsFor(t); f != nil {
+		return f.pods, f.otherScalars
+	}
+	var f taskFacts
+	f.set(t)
+	return f.pods, f.otherScalars
+}
+
 // factsFor returns the planner's facts about t, or nil when the view has
 // none for this task (a step called outside a plan, or for another task).
 func (n *NodeView) factsFor(t *api.Task) *taskFacts {
