@@ -53,7 +53,11 @@
 // steps read free resources through a per-node tally of plain numbers
 // instead of a freshly built api.Resource, and the static filters (labels,
 // taints, cordon, out of sync) run once per node for all the tasks of a
-// gang that share a selector, affinity and tolerations. Rejection reasons
+// gang that share a selector, affinity and tolerations. What the steps read
+// of a task's request is worked out once per task; a Planner reused across
+// a cycle's gangs also keeps, per node, what they read of its allocatable
+// (pods, devices) and the static verdicts, while the same books come back
+// and the constraints do not change. Rejection reasons
 // are counted only for the first task that fits nowhere, by re-running its
 // (pure) filters, so the placement path does no map work. Steps from other
 // packages keep working; they just take the general path, where Free is
