@@ -427,3 +427,29 @@ func TestOwnerMayPlaceAfterViewCatchesUp(t *testing.T) {
 		t.Fatalf("owner may place with a view at revision %d, before its acquisition at %d", caught, epoch)
 	}
 }
+
+// A shard's claim store catches up with the ownership records the shard
+// acquires by itself, before any placement asks: the owner of a queue taken
+// after the store loaded may place its jobs in its first cycle. Nothing is
+// written under the claims prefix here, so only a progress request moves
+// the store's revision past the records'.
+func TestClaimsCatchUpWithAcquiredRecords(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.queues = []string{"q-0", "q-1", "q-2", "q-3"}
+	a := tc.start("shard-a")
+	ca := tc.runClaims(a) // loaded before the shard holds anything
+	tc.waitConverged(10 * time.Second)
+	q := tc.queueHeldBy(a)
+	epoch, held := a.s.heldEpoch(wire.QueueKey(q))
+	if !held {
+		t.Fatalf("shard-a does not hold %s", q)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		ca.mu.Lock()
+		defer ca.mu.Unlock()
+		return ca.rev >= epoch
+	}, "the claim store reaches the revision at which shard-a took %s without being asked", q)
+	if !ca.OwnerMayPlace("job-y", q) {
+		t.Fatalf("shard-a may not place a job of %s, which it holds", q)
+	}
+}
