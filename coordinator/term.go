@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // One leadership term: what a participant does from the moment it wins the
@@ -221,8 +222,7 @@ func (t *term) apply(c *call) (result, []clientv3.Op, error) {
 	}
 	res, ops, err := t.applyOne(c)
 	if c.kind == opReserve {
-		var qe *QuotaError
-		c.blocks = err != nil || (res.err != nil && !(errors.As(res.err, &qe) && qe.Asked > qe.Capability))
+		c.blocks = err != nil || wire.HoldsUpQueue(res.err)
 	}
 	for _, uid := range t.ledger.takeDirty() {
 		r, ok := t.ledger.Get(uid)

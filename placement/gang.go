@@ -74,7 +74,7 @@ func (pl *Planner) PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBoo
 	pl.p.keep = true
 	pl.p.reset(cfg, nodes, rng)
 	res := pl.p.placeGang(tasks, minMember)
-	pl.p.last, pl.p.facts = nil, taskFacts{} // keep no task alive between calls
+	pl.p.facts = taskFacts{} // keep no task alive between calls
 	pl.p.prevFilters = append(pl.p.prevFilters[:0], pl.p.filters...)
 	return res
 }
@@ -167,10 +167,10 @@ type planner struct {
 	// built-in ones, so gangs of the same constraints in a cycle share it
 	// too.
 	epoch uint64
-	last  *api.Task
 	// cons are the constraints of the last task placed (only those fields
-	// are set: the task itself is not kept), prevFilters the last call's
-	// filters; both let the next call keep the epoch.
+	// are set: the task itself is not kept), consSet whether there is one
+	// under the current filters; prevFilters the last call's filters,
+	// which decide whether the next call keeps the epoch and cons.
 	cons        api.Task
 	consSet     bool
 	prevFilters []Filter
@@ -279,13 +279,10 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 
 // begin prepares the planner for task t.
 func (p *planner) begin(t *api.Task) {
-	if p.last == nil || !sameConstraints(p.last, t) {
-		if p.last != nil || !p.sameAsLastCall(t) {
-			p.epoch++
-		}
+	if !p.consSet || !sameConstraints(&p.cons, t) {
+		p.epoch++
 		p.cons, p.consSet = api.Task{NodeSelector: t.NodeSelector, Tolerations: t.Tolerations, Affinity: t.Affinity}, true
 	}
-	p.last = t
 	p.facts.set(t)
 }
 
@@ -392,12 +389,6 @@ func (s *slot) materialize() {
 		s.view.Free = idle(s.view.Books)
 	}
 	s.ready = true
-}
-
-// sameAsLastCall reports whether t, the first task of a call, has the
-// constraints of the previous call's last task (and the epoch may stay).
-func (p *planner) sameAsLastCall(t *api.Task) bool {
-	return p.consSet && sameConstraints(&p.cons, t)
 }
 
 // sameConstraints reports whether a and b have the same node selector,

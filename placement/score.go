@@ -77,7 +77,7 @@ func (SpareDevices) Score(t *api.Task, n *NodeView) int64 {
 	if t == nil {
 		return 0
 	}
-	if f := n.factsFor(t); f != nil && !f.otherScalars {
+	if _, others := n.podsAndOthers(t); !others {
 		return 0 // a device node, and the task asks for no device
 	}
 	for d, v := range n.Books.Node.Allocatable.Scalars {

@@ -64,7 +64,7 @@ type NodeView struct {
 	// for that very task.
 	facts *taskFacts
 	// node, when set, is what the planner keeps of the node's allocatable
-	// from one placement to the next (see nodeFacts).
+	// from one placement to the next (see nodeFacts); its books are Books.
 	node *nodeFacts
 }
 
@@ -128,7 +128,7 @@ func deviceIn(r *api.Resource) bool {
 // hasDevices is nodeFacts.hasDevices for a view, cached when the planner
 // keeps the node's facts.
 func (n *NodeView) hasDevices() bool {
-	if n.node != nil && n.node.books == n.Books {
+	if n.node != nil {
 		return n.node.hasDevices()
 	}
 	return deviceIn(&n.Books.Node.Allocatable)
@@ -139,22 +139,18 @@ func (n *NodeView) hasDevices() bool {
 // asks for and whether it asks for any other scalar (device or not).
 type taskFacts struct {
 	task *api.Task
-	// pods is the task's "pods" request, asksPods whether it names one.
-	pods     int64
-	asksPods bool
-	// otherScalars: the request names a scalar besides "pods".
+	// pods is the task's "pods" request; otherScalars whether the request
+	// names a scalar besides "pods".
+	pods         int64
 	otherScalars bool
 }
 
 // set works out the facts of t.
 func (f *taskFacts) set(t *api.Task) {
 	f.task = t
-	f.pods, f.asksPods = t.Request.Scalars[api.Pods]
-	n := len(t.Request.Scalars)
-	if f.asksPods {
-		n--
-	}
-	f.otherScalars = n > 0
+	pods, asksPods := t.Request.Scalars[api.Pods]
+	f.pods = pods
+	f.otherScalars = len(t.Request.Scalars) > 1 || (len(t.Request.Scalars) == 1 && !asksPods)
 }
 
 // podsAndOthers returns t's "pods" request and whether it asks for any
@@ -196,7 +192,7 @@ func (t *tally) init(b *api.NodeBooks, f *nodeFacts) {
 	a, u := &b.Node.Allocatable, &b.Used
 	t.cpu = clampedSub(a.MilliCPU, u.MilliCPU)
 	t.memory = clampedSub(a.Memory, u.Memory)
-	if f != nil && f.books == b {
+	if f != nil {
 		t.allocPods = f.pods()
 	} else {
 		t.allocPods = a.Scalars[api.Pods]

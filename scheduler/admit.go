@@ -136,42 +136,38 @@ func (s *Scheduler) reserveInOrder(ctx context.Context, oq orderedQuota, reqs []
 	stop := !reqs[0].traverse
 	for start := 0; start < len(reqs); start += chainLen {
 		part := reqs[start:min(start+chainLen, len(reqs))]
-		ins := make([]wire.InOrder, len(part))
-		for i, r := range part {
-			ins[i] = wire.InOrder{Job: wire.JobRef{Namespace: r.job.Namespace, Name: r.job.Name, UID: r.job.UID}, Queue: r.job.Queue, Amount: r.amount, Terms: r.terms}
-		}
-		actx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
-			attribute.String("queue", part[0].job.Queue), attribute.Int("jobs", len(part))))
-		cctx, cancel := context.WithTimeout(actx, s.cfg.CallTimeout)
-		t0 := time.Now()
-		answers := oq.ReserveInOrder(cctx, ins, stop)
-		took := time.Since(t0)
-		cancel()
-		admitted := 0
-		for i, a := range answers {
-			if i >= len(part) {
-				break
-			}
+		answers, took := s.askInOrder(ctx, oq, part, stop)
+		for i, a := range answers[:min(len(answers), len(part))] {
 			if errors.Is(a.Err, wire.ErrBehind) {
 				// Not tried: the job before it was not admitted (and was
 				// recorded so, below); it is asked for again next cycle.
-				span.SetAttributes(attribute.Int("admitted", admitted))
-				span.End()
 				s.heldBehind(reqs, start+i-1)
 				return
 			}
 			s.obs.Reserve(took)
 			if !s.recordReserve(part[i], a.Result, a.Err) && !part[i].traverse {
-				span.SetAttributes(attribute.Int("admitted", admitted))
-				span.End()
 				s.heldBehind(reqs, start+i)
 				return
 			}
-			admitted++
 		}
-		span.SetAttributes(attribute.Int("admitted", admitted))
-		span.End()
 	}
+}
+
+// askInOrder makes one ReserveInOrder call for part, within CallTimeout,
+// and returns its answers and how long it took.
+func (s *Scheduler) askInOrder(ctx context.Context, oq orderedQuota, part []admitReq, stop bool) ([]wire.Answer, time.Duration) {
+	ins := make([]wire.InOrder, len(part))
+	for i, r := range part {
+		ins[i] = wire.InOrder{Job: wire.JobRef{Namespace: r.job.Namespace, Name: r.job.Name, UID: r.job.UID}, Queue: r.job.Queue, Amount: r.amount, Terms: r.terms}
+	}
+	ctx, span := s.tracer.Start(ctx, "scheduler.admit", trace.WithAttributes(
+		attribute.String("queue", part[0].job.Queue), attribute.Int("jobs", len(part))))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	t0 := time.Now()
+	answers := oq.ReserveInOrder(ctx, ins, stop)
+	return answers, time.Since(t0)
 }
 
 // heldBehind says on the jobs after reqs[i] that they wait behind it, when
@@ -259,7 +255,7 @@ func (s *Scheduler) recordReserve(r admitReq, res wire.Result, err error) bool {
 		if (j.Phase == api.JobPending || j.Phase == api.JobCompleted || j.Phase == "") && r.bound < int(max(j.MinMember, 1)) {
 			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
 		}
-	case errors.As(err, &qe) && qe.Asked > qe.Capability:
+	case errors.As(err, &qe) && qe.NeverFits():
 		// Larger than a level's capability: it can never fit there, so
 		// it must not hold up the jobs behind it.
 		s.backOffAdmission(j.UID)

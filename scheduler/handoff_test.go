@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -133,8 +132,7 @@ func (f *fakeQuota) ReserveInOrder(ctx context.Context, reqs []wire.InOrder, sto
 		}
 		res, err := f.ReserveWith(ctx, r.Job, r.Queue, r.Amount, r.Terms)
 		out[i] = wire.Answer{Result: res, Err: err}
-		var qe *wire.QuotaError
-		blocked = err != nil && !(errors.As(err, &qe) && qe.Asked > qe.Capability)
+		blocked = wire.HoldsUpQueue(err)
 	}
 	return out
 }

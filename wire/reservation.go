@@ -49,6 +49,22 @@ type InOrder struct {
 	Terms  *Terms
 }
 
+// HoldsUpQueue reports whether a reserve answered err holds up the jobs
+// behind it in a fifo queue: it was not admitted (nor nominated, which
+// answers no error), unless it can never fit (it asks more than a level's
+// capability, so waiting behind it would be waiting forever). The
+// coordinator's chains (InOrder) and the scheduler's admission both go on
+// by this rule.
+func HoldsUpQueue(err error) bool {
+	var qe *QuotaError
+	return err != nil && !(errors.As(err, &qe) && qe.NeverFits())
+}
+
+// NeverFits reports whether the refused amount is above the capability of
+// the level that refused it: the job cannot fit there even when the queue
+// is empty.
+func (e *QuotaError) NeverFits() bool { return e.Asked > e.Capability }
+
 // Answer is the outcome of one reserve of a chain.
 type Answer struct {
 	Result Result
