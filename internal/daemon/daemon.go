@@ -72,6 +72,11 @@ type Options struct {
 	JSON bool
 }
 
+// HTTPAddr is the address /metrics, /healthz and /readyz are served on
+// ("" when Options.HTTPAddr was empty): Options.HTTPAddr with the port the
+// system chose when it named port 0.
+func (d *Daemon) HTTPAddr() string { return d.httpAddr }
+
 // Daemon is a running shard process.
 type Daemon struct {
 	opts   Options
@@ -83,6 +88,10 @@ type Daemon struct {
 	Source *kube.Source
 	// Claims are the claim records of jobs handed between shards.
 	Claims *shard.Claims
+
+	// httpAddr is the address the HTTP endpoints listen on (HTTPAddr with
+	// its port chosen when it asked for port 0); set before ready is called.
+	httpAddr string
 
 	sched    *scheduler.Scheduler
 	obs      *promObserver
@@ -204,6 +213,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 			pr.Wait()
 			return fmt.Errorf("--http-addr %s: %w", opts.HTTPAddr, err)
 		}
+		d.httpAddr = ln.Addr().String()
 		hs := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()

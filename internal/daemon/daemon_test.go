@@ -92,12 +92,9 @@ func startDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []
 // can take a shard down while it goes on.
 func runDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string, tune ...func(*Options)) (*Daemon, string, func()) {
 	t.Helper()
-	port, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	opts := Options{Name: name, REST: cfg, EtcdEndpoints: endpoints, HTTPAddr: httpAddr}
+	// Port 0: the daemon listens on a port the system chooses (a port
+	// found free beforehand may be taken by then).
+	opts := Options{Name: name, REST: cfg, EtcdEndpoints: endpoints, HTTPAddr: "127.0.0.1:0"}
 	opts.Shard = shard.DefaultConfig()
 	opts.Shard.BindAddr, opts.Shard.BindPort = "127.0.0.1", 0
 	opts.Shard.Join = join
@@ -143,7 +140,7 @@ func runDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []st
 		})
 	}
 	t.Cleanup(stop)
-	return d, httpAddr, stop
+	return d, d.HTTPAddr(), stop
 }
 
 func (ev *env) nodes(prefix string, n int, cpu, mem string) {
