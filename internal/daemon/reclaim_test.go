@@ -196,7 +196,7 @@ func TestReclaimBorrowedQuotaGivenBack(t *testing.T) {
 	}
 	var evicted float64
 	for _, d := range ds {
-		evicted += scrapeAt(t, d.opts.HTTPAddr)[`shardsched_evictions_total{reason="reclaim"}`]
+		evicted += scrapeAt(t, d.HTTPAddr())[`shardsched_evictions_total{reason="reclaim"}`]
 	}
 	if evicted < 4 {
 		t.Errorf("shardsched_evictions_total{reason=\"reclaim\"} = %v over both shards, want ≥ 4", evicted)
