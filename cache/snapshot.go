@@ -366,6 +366,15 @@ func (s *Snapshot) Jobs() []*api.Job {
 	return cloneOrNil(s.jobList)
 }
 
+// JobByUID returns the job of that UID. Read-only.
+func (s *Snapshot) JobByUID(uid string) (*api.Job, bool) {
+	if s == nil {
+		return nil, false
+	}
+	j, ok := s.jobs[uid]
+	return j, ok
+}
+
 // JobByName returns the job known under namespace/name. Read-only.
 func (s *Snapshot) JobByName(namespace, name string) (*api.Job, bool) {
 	if s == nil {

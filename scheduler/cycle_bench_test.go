@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/wire"
 )
 
 // BenchmarkSteadyCycle is one scheduling cycle of a shard owning 1,000
@@ -30,6 +31,40 @@ func BenchmarkSteadyCycle(b *testing.B) {
 	r.s.Cycle(ctx)
 	b.ReportAllocs()
 	for b.Loop() {
+		r.s.Cycle(ctx)
+	}
+}
+
+// BenchmarkCycleForeignJobs is one cycle of a shard that holds one queue
+// of 20 running jobs while the cluster has 5,000 more running jobs (4 pods
+// each) in a queue another shard holds: with N shards most of the jobs every
+// snapshot holds are other shards' to work on, and what a cycle spends on
+// them is spent again by every shard. The clock moves on by the status
+// interval each cycle, so that every cycle also writes queue status.
+func BenchmarkCycleForeignJobs(b *testing.B) {
+	r := newRig(b, "shard-o", wire.QueueKey("other"))
+	for i := 0; i < 100; i++ {
+		r.node(fmt.Sprintf("n%d", i), 64)
+	}
+	job := func(queue, uid string, tasks int) {
+		r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: queue, MinMember: 1, Phase: api.JobRunning})
+		for k := 0; k < tasks; k++ {
+			r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", uid, k), UID: fmt.Sprintf("%s-%d", uid, k), Job: uid,
+				Request: api.NewResource(100, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskRunning, SchedulerName: "volcano",
+				NodeName: fmt.Sprintf("far-%d", k)})
+		}
+	}
+	for j := 0; j < 20; j++ {
+		job("q", fmt.Sprintf("own-%d", j), 4)
+	}
+	for j := 0; j < 5000; j++ {
+		job("other", fmt.Sprintf("foreign-%d", j), 4)
+	}
+	ctx := context.Background()
+	r.s.Cycle(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.advance(statusEvery)
 		r.s.Cycle(ctx)
 	}
 }

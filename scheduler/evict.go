@@ -179,7 +179,7 @@ func (s *Scheduler) nominated(j *api.Job, res wire.Result) {
 // the lowest priority and youngest first, until what it has bound fits the
 // target, then its reservation is resized to it. Jobs marked anywhere are
 // not placed further (marked).
-func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
+func (s *Scheduler) takeBack(ctx context.Context) {
 	if s.deps.Evictor == nil {
 		return
 	}
@@ -239,9 +239,9 @@ func (s *Scheduler) takeBack(ctx context.Context, jobs []*api.Job) {
 		}
 	}
 	byUID := make(map[string]*api.Job, len(s.marked))
-	for _, j := range jobs {
-		if _, ok := s.marked[j.UID]; ok {
-			byUID[j.UID] = j
+	for uid := range s.marked {
+		if j, ok := s.snap.JobByUID(uid); ok {
+			byUID[uid] = j
 		}
 	}
 	type evictReq struct {

@@ -281,7 +281,7 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 // then tries elsewhere), and drops its claims of jobs that are gone. An
 // offer of a job this shard does not know yet (its informers lag) is left
 // to the offerer's timeout.
-func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
+func (s *Scheduler) takeOffers(ctx context.Context) {
 	if !s.handoffOn() {
 		return
 	}
@@ -303,9 +303,11 @@ func (s *Scheduler) takeOffers(ctx context.Context, jobs []*api.Job) {
 	if len(mine) == 0 {
 		return
 	}
-	byUID := make(map[string]*api.Job, len(jobs))
-	for _, j := range jobs {
-		byUID[j.UID] = j
+	byUID := make(map[string]*api.Job, len(mine))
+	for _, c := range mine {
+		if j, ok := s.snap.JobByUID(c.Job); ok {
+			byUID[c.Job] = j
+		}
 	}
 	nodes := s.unheld(s.snap.Nodes()) // nodes held for a starving gang take no other job
 	// Oldest first, as placeAdmitted goes, so that the oldest gang offered
@@ -475,10 +477,10 @@ func (s *Scheduler) forgetJob(ctx context.Context, uid string) {
 
 // pruneHandoff forgets hand-off state of jobs that are gone and refusals
 // older than any offer looks back (holdRefusedFor).
-func (s *Scheduler) pruneHandoff(live map[string]bool) {
+func (s *Scheduler) pruneHandoff() {
 	now := s.cfg.Now()
 	for uid := range s.ho.offers {
-		if !live[uid] {
+		if !s.live(uid) {
 			delete(s.ho.offers, uid)
 		}
 	}
@@ -488,12 +490,12 @@ func (s *Scheduler) pruneHandoff(live map[string]bool) {
 				delete(r, to)
 			}
 		}
-		if len(r) == 0 || !live[uid] {
+		if len(r) == 0 || !s.live(uid) {
 			delete(s.ho.refused, uid)
 		}
 	}
 	for uid := range s.ho.stuck {
-		if !live[uid] {
+		if !s.live(uid) {
 			delete(s.ho.stuck, uid)
 		}
 	}

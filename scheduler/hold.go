@@ -200,19 +200,19 @@ func (s *Scheduler) starving(j *api.Job, need int) bool {
 // shard's to place (offered and claimed elsewhere, or its queue moved), or
 // has held its nodes for MaxHold. mine are the jobs this shard placed or
 // tried to place in the cycle.
-func (s *Scheduler) endHold(placed, mine, live map[string]bool) {
+func (s *Scheduler) endHold(placed, mine map[string]bool) {
 	for uid, at := range s.heldBefore {
-		if !live[uid] || s.cfg.Now().Sub(at) >= 2*s.cfg.MaxHold {
+		if !s.live(uid) || s.cfg.Now().Sub(at) >= 2*s.cfg.MaxHold {
 			delete(s.heldBefore, uid)
 		}
 	}
 	for uid := range s.runnable {
-		if !live[uid] {
+		if !s.live(uid) {
 			delete(s.runnable, uid)
 		}
 	}
 	for uid, r := range s.roomTried {
-		if !live[uid] || s.cfg.Now().Sub(r.at) >= nodePreemptAgain {
+		if !s.live(uid) || s.cfg.Now().Sub(r.at) >= nodePreemptAgain {
 			delete(s.roomTried, uid)
 		}
 	}

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
@@ -138,4 +139,10 @@ func (s *Scheduler) dropReservation(uid string) {
 		r.setCover(nil)
 		s.tidy(uid)
 	}
+}
+
+// snapshotOrder orders jobs as the cycle's snapshot lists them: by
+// namespace, name, then UID.
+func snapshotOrder(a, b *api.Job) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
 }

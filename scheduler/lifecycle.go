@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
@@ -16,17 +17,24 @@ import (
 
 // releaseGone releases reservations of jobs that no longer exist (matched
 // by UID) or whose tasks have all finished.
-func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
+func (s *Scheduler) releaseGone(ctx context.Context) {
 	s.mu.Lock()
 	var gone []string
 	var names []admission
+	var admitted []*api.Job // the live jobs admitted here
 	for uid, r := range s.jobs {
-		if r.admission != nil && !live[uid] {
+		if r.admission == nil {
+			continue
+		}
+		if j, ok := s.snap.JobByUID(uid); ok {
+			admitted = append(admitted, j)
+		} else {
 			gone = append(gone, uid)
 			names = append(names, *r.admission)
 		}
 	}
 	s.mu.Unlock()
+	slices.SortFunc(admitted, snapshotOrder)
 	// A deleted job's pods may still be terminating, holding their nodes:
 	// its reservation covers them until they are gone.
 	kept := gone[:0]
@@ -36,7 +44,7 @@ func (s *Scheduler) releaseGone(ctx context.Context, live map[string]bool) {
 		}
 	}
 	gone = kept
-	for _, j := range s.snap.Jobs() {
+	for _, j := range admitted {
 		s.mu.Lock()
 		rec := s.peek(j.UID)
 		a, confirmed := rec.admission, rec.confirmed
@@ -184,7 +192,7 @@ func (s *Scheduler) syncPhase(j *api.Job, phase api.JobPhase, bound int) {
 // prune forgets backoff and event times of tasks that are no longer pending
 // and of jobs that are gone, so this state stays O(pending), not O(tasks
 // ever seen).
-func (s *Scheduler) prune(liveJobs map[string]bool) {
+func (s *Scheduler) prune() {
 	pending := map[string]bool{}
 	for _, t := range s.snap.PendingTasks() {
 		pending[t.UID] = true
@@ -197,14 +205,14 @@ func (s *Scheduler) prune(liveJobs map[string]bool) {
 		}
 	}
 	for uid := range s.lastEvent {
-		if !pending[uid] && !liveJobs[uid] {
+		if !pending[uid] && !s.live(uid) {
 			delete(s.lastEvent, uid)
 		}
 	}
 	// The batcher remembers the last status written per PodGroup; a gone
 	// PodGroup's entry would stay forever.
 	for uid, r := range s.jobs {
-		if liveJobs[uid] {
+		if s.live(uid) {
 			continue
 		}
 		r.admitWait, r.resizeWait, r.lateUntil, r.phaseSent, r.nominatedAt = quotaBackoff{}, quotaBackoff{}, time.Time{}, phaseKey{}, time.Time{}

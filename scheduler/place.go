@@ -23,8 +23,9 @@ import (
 // (roleOf: admitted here and not claimed elsewhere, or claimed here) on
 // this shard's nodes: a gang not yet running needs minMember tasks placed
 // at once. A job of the queue owner that does not fit is offered to a
-// shard with room. live holds the UIDs of every job in the snapshot.
-func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map[string]bool) {
+// shard with room. jobs are the cycle's candidates (Scheduler.candidates):
+// every job whose role here is not notMine is among them.
+func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	nodes := s.snap.Nodes()
 	now := s.cfg.Now()
 	pc := s.place
@@ -51,7 +52,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job, live map
 	s.byPriority(jobs)
 	placedJobs, mine := map[string]bool{}, map[string]bool{}
 	s.held.full = false
-	defer func() { s.endHold(placedJobs, mine, live) }()
+	defer func() { s.endHold(placedJobs, mine) }()
 	// First the roles, and the reservations of the jobs placed here resized
 	// to what their tasks ask (in parallel; the client batches them), so
 	// that placement below binds only what the reservations cover.

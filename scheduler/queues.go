@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
@@ -92,8 +93,27 @@ func (s *Scheduler) writeStatus(jobs []*api.Job) {
 	}
 	s.lastStatus = now
 	tree := s.Tree()
+	pathOf := func(q string) []string {
+		if tree != nil {
+			if p, err := tree.Path(q); err == nil {
+				return p
+			}
+		}
+		return []string{q}
+	}
+	// Only the jobs under a queue this shard holds count here: a leaf
+	// held by no one of its path is another shard's to count.
+	counts := map[string]bool{} // leaf → some queue of its path is held here
 	leaf := map[string]*api.QueueStatus{}
 	for _, j := range jobs {
+		c, ok := counts[j.Queue]
+		if !ok {
+			c = slices.ContainsFunc(pathOf(j.Queue), func(q string) bool { return s.deps.Ownership.Holds(wire.QueueKey(q)) })
+			counts[j.Queue] = c
+		}
+		if !c {
+			continue
+		}
 		st := leaf[j.Queue]
 		if st == nil {
 			st = &api.QueueStatus{}
@@ -114,13 +134,7 @@ func (s *Scheduler) writeStatus(jobs []*api.Job) {
 	// Roll leaf figures up to every ancestor.
 	all := map[string]api.QueueStatus{}
 	for q, st := range leaf {
-		path := []string{q}
-		if tree != nil {
-			if p, err := tree.Path(q); err == nil {
-				path = p
-			}
-		}
-		for _, a := range path {
+		for _, a := range pathOf(q) {
 			agg := all[a]
 			agg.Allocated, _ = agg.Allocated.Add(st.Allocated)
 			agg.Pending += st.Pending

@@ -23,8 +23,8 @@ const (
 )
 
 // reconcile runs one pass when due (loop only). byQueue holds the jobs of
-// the queues this shard owns; live every job's UID.
-func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue map[string][]*api.Job) {
+// the queues this shard owns.
+func (s *Scheduler) reconcile(ctx context.Context, byQueue map[string][]*api.Job) {
 	tree := s.Tree()
 	now := s.cfg.Now()
 	if tree == nil || now.Sub(s.lastOwnedCheck) < time.Second {
@@ -69,8 +69,8 @@ func (s *Scheduler) reconcile(ctx context.Context, live map[string]bool, byQueue
 	var release []string
 	for _, r := range list.Reservations {
 		uid := r.Job.UID
-		if !owned[r.Queue] || (r.State == wire.Nominated && live[uid]) || !s.orphaned(uid, live, jobs) ||
-			(!live[uid] && s.podsStillBound(r.Job.Namespace, r.Job.Name)) {
+		if !owned[r.Queue] || (r.State == wire.Nominated && s.live(uid)) || !s.orphaned(uid, jobs) ||
+			(!s.live(uid) && s.podsStillBound(r.Job.Namespace, r.Job.Name)) {
 			continue
 		}
 		seen[uid] = true
@@ -151,8 +151,8 @@ func (s *Scheduler) forgetLost(admitted []string, list []wire.Reservation, jobs 
 // orphaned reports whether a reservation of uid, in a queue this shard
 // owns, covers nothing: its job is gone, or exists with no pending and no
 // bound member and is not admitted here.
-func (s *Scheduler) orphaned(uid string, live map[string]bool, jobs map[string]*api.Job) bool {
-	if !live[uid] {
+func (s *Scheduler) orphaned(uid string, jobs map[string]*api.Job) bool {
+	if !s.live(uid) {
 		return true
 	}
 	j, ok := jobs[uid]

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -364,28 +365,75 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 		defer span.End()
 	}
 	s.log.Debug("cycle", "jobs", len(jobs), "nodes", s.snap.NumNodes(), "pending", s.snap.NumPending())
+	// Every shard's snapshot holds every job of the cluster, but a shard
+	// works on few of them: the jobs of the queues it holds, and those it
+	// admitted, offered or was offered. The passes below start from those
+	// (byQueue, candidates) and look jobs up by UID or name, so a cycle's
+	// work does not grow with the jobs of other shards' queues; only this
+	// loop, and writeStatus's roll-up to held ancestors, read every job.
 	byQueue := map[string][]*api.Job{}
-	live := map[string]bool{}
+	held := map[string]bool{} // queue → held, asked once per queue
 	for _, j := range jobs {
-		live[j.UID] = true
-		if !s.deps.Ownership.Holds(wire.QueueKey(j.Queue)) {
-			continue
+		h, ok := held[j.Queue]
+		if !ok {
+			h = s.deps.Ownership.Holds(wire.QueueKey(j.Queue))
+			held[j.Queue] = h
 		}
-		byQueue[j.Queue] = append(byQueue[j.Queue], j)
+		if h {
+			byQueue[j.Queue] = append(byQueue[j.Queue], j)
+		}
 	}
-	s.releaseGone(ctx, live)
-	s.reconcile(ctx, live, byQueue)
-	s.takeBack(ctx, jobs)
+	s.releaseGone(ctx)
+	s.reconcile(ctx, byQueue)
+	s.takeBack(ctx)
 	if s.stats.cycles.Load()%pruneEvery == 0 {
-		s.prune(live)
-		s.pruneHandoff(live)
+		s.prune()
+		s.pruneHandoff()
 	}
-	s.implicitGroups(ctx, jobs)
+	s.implicitGroups(ctx, byQueue)
 	s.admit(ctx, byQueue)
-	s.takeOffers(ctx, jobs)
-	s.placeAdmitted(ctx, jobs, live)
+	s.takeOffers(ctx)
+	s.placeAdmitted(ctx, s.candidates())
 	s.writeStatus(jobs)
 	s.publishCapacity()
+}
+
+// live reports whether the cycle's snapshot has a job of this UID. Loop only.
+func (s *Scheduler) live(uid string) bool {
+	_, ok := s.snap.JobByUID(uid)
+	return ok
+}
+
+// candidates returns the snapshot's jobs that this shard may have a role in
+// this cycle (roleOf is notMine for every other job, with no side effect):
+// those it admitted, those it offered to another shard, and those with a
+// claim record (offered to it, claimed by it, or by another). They come in
+// the snapshot's order (namespace, name, UID). Loop only.
+func (s *Scheduler) candidates() []*api.Job {
+	uids := map[string]struct{}{}
+	s.mu.Lock()
+	for uid, r := range s.jobs {
+		if r.admission != nil {
+			uids[uid] = struct{}{}
+		}
+	}
+	s.mu.Unlock()
+	for uid := range s.ho.offers {
+		uids[uid] = struct{}{}
+	}
+	if s.handoffOn() {
+		for _, c := range s.deps.Claims.List() {
+			uids[c.Job] = struct{}{}
+		}
+	}
+	out := make([]*api.Job, 0, len(uids))
+	for uid := range uids {
+		if j, ok := s.snap.JobByUID(uid); ok {
+			out = append(out, j)
+		}
+	}
+	slices.SortFunc(out, snapshotOrder)
+	return out
 }
 
 // summary is the job's task counts, read from the cache once per cycle.
@@ -483,13 +531,10 @@ func (s *Scheduler) rateLimited(uid string) bool {
 // none (one per workload, in the queue the pod asks for, by that queue's
 // owner) and deletes implicit PodGroups with no pod left, with UID and
 // resourceVersion preconditions (F4).
-func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
+// byQueue holds the jobs of the queues this shard holds.
+func (s *Scheduler) implicitGroups(ctx context.Context, byQueue map[string][]*api.Job) {
 	if s.deps.Groups == nil {
 		return
-	}
-	have := make(map[jobKey]bool, len(jobs))
-	for _, j := range jobs {
-		have[jobKey{j.Namespace, j.Name}] = true
 	}
 	now := s.cfg.Now()
 	for k, t := range s.groupOps {
@@ -503,7 +548,7 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 			continue
 		}
 		jk := jobKey{t.Namespace, t.Job}
-		if have[jk] || created[jk] {
+		if _, have := s.snap.JobByName(t.Namespace, t.Job); have || created[jk] {
 			continue
 		}
 		key := t.Namespace + "/" + t.Job
@@ -526,26 +571,33 @@ func (s *Scheduler) implicitGroups(ctx context.Context, jobs []*api.Job) {
 			s.log.Warn("create implicit podgroup", "podgroup", key, "err", err)
 		}
 	}
-	for _, j := range jobs {
-		if !j.Implicit || !s.deps.Ownership.Holds(wire.QueueKey(j.Queue)) {
-			continue
+	for _, q := range slices.Sorted(maps.Keys(byQueue)) {
+		for _, j := range byQueue[q] {
+			s.dropImplicit(ctx, j, now)
 		}
-		sum := s.summary(j)
-		if sum.Pending+sum.Bound+sum.Done > 0 {
-			continue
-		}
-		if s.since(j.Created) < 2*time.Second {
-			continue // give a new group's first pod time to show up
-		}
-		if _, recent := s.groupOps[j.UID]; recent {
-			continue
-		}
-		s.groupOps[j.UID] = now
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-		err := s.deps.Groups.DeletePodGroup(cctx, j.Namespace, j.Name, j.UID, j.ResourceVersion)
-		cancel()
-		if err != nil {
-			s.log.Warn("delete implicit podgroup", "podgroup", j.Key(), "err", err)
-		}
+	}
+}
+
+// dropImplicit deletes j, a job of a queue this shard holds, if it is an
+// implicit PodGroup with no pod left.
+func (s *Scheduler) dropImplicit(ctx context.Context, j *api.Job, now time.Time) {
+	if !j.Implicit {
+		return
+	}
+	if sum := s.summary(j); sum.Pending+sum.Bound+sum.Done > 0 {
+		return
+	}
+	if s.since(j.Created) < 2*time.Second {
+		return // give a new group's first pod time to show up
+	}
+	if _, recent := s.groupOps[j.UID]; recent {
+		return
+	}
+	s.groupOps[j.UID] = now
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	err := s.deps.Groups.DeletePodGroup(cctx, j.Namespace, j.Name, j.UID, j.ResourceVersion)
+	cancel()
+	if err != nil {
+		s.log.Warn("delete implicit podgroup", "podgroup", j.Key(), "err", err)
 	}
 }
