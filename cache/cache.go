@@ -57,6 +57,11 @@ type Cache struct {
 	jobs     map[string]*api.Job // by UID; each value is never mutated once stored
 	jobNames map[objKey]string   // namespace/name -> UID
 	jobsGen  int64               // generation of the last change to jobs
+	// jobLog lists the jobs changed (added, updated, deleted), oldest
+	// first, so that a snapshot refreshes only those; it is complete for
+	// every generation after jobLogFrom, and trimmed to O(jobs) (logJob).
+	jobLog     []jobChange
+	jobLogFrom int64
 
 	outOfSync      map[string]struct{} // owned nodes whose books are out of sync
 	outOfSyncTotal int64               // transitions into out of sync, ever
@@ -73,6 +78,13 @@ type Cache struct {
 }
 
 type objKey struct{ namespace, name string }
+
+// jobChange is one entry of Cache.jobLog: the job of this UID changed at
+// this generation.
+type jobChange struct {
+	gen int64
+	uid string
+}
 
 type note struct{ node, reason string }
 

@@ -17,8 +17,10 @@ func (c *Cache) AddOrUpdateJob(j api.Job) {
 	c.lock()
 	defer c.unlock()
 	key := objKey{j.Namespace, j.Name}
+	gen := c.next()
 	if other, ok := c.jobNames[key]; ok && other != j.UID {
 		delete(c.jobs, other)
+		c.logJob(gen, other)
 	}
 	moved := false // the same UID under another name: not possible in Kubernetes, handled anyway
 	var oldKey objKey
@@ -31,7 +33,8 @@ func (c *Cache) AddOrUpdateJob(j api.Job) {
 	cp := cloneJob(j)
 	c.jobs[j.UID] = &cp
 	c.jobNames[key] = j.UID
-	c.jobsGen = c.next()
+	c.jobsGen = gen
+	c.logJob(gen, j.UID)
 	c.setCutoff(key)
 	if moved {
 		c.setCutoff(oldKey)
@@ -53,5 +56,19 @@ func (c *Cache) DeleteJob(uid string) {
 	}
 	delete(c.jobs, uid)
 	c.jobsGen = c.next()
+	c.logJob(c.jobsGen, uid)
 	c.setCutoff(key)
+}
+
+// logJob records that the job of uid changed at gen. The log keeps at most
+// about twice as many entries as there are jobs (and at least 1,024): past
+// that its older half goes, and a snapshot older than what is left lists
+// every job again. Called with mu held exclusively.
+func (c *Cache) logJob(gen int64, uid string) {
+	c.jobLog = append(c.jobLog, jobChange{gen: gen, uid: uid})
+	if limit := max(2*len(c.jobs), 1024); len(c.jobLog) > limit {
+		drop := len(c.jobLog) / 2
+		c.jobLogFrom = c.jobLog[drop-1].gen
+		c.jobLog = append(c.jobLog[:0], c.jobLog[drop:]...)
+	}
 }

@@ -212,8 +212,21 @@ func (s *Snapshot) updateJobs(c *Cache) {
 		return
 	}
 	// The jobs are the cache's, shared: a stored job is never mutated
-	// (an event replaces it). A new version of a job takes its old one's
-	// place in the sorted list; only jobs added or gone sort it again.
+	// (an event replaces it). When the cache's log of changed jobs goes
+	// back to this snapshot's last refresh and names few enough of them,
+	// only those are looked at, each put into or taken out of the sorted
+	// list where it belongs; otherwise every job is compared, and the list
+	// sorted again if jobs came or went.
+	if s.jobsGen >= 0 && s.jobsGen >= c.jobLogFrom {
+		from := sort.Search(len(c.jobLog), func(i int) bool { return c.jobLog[i].gen > s.jobsGen })
+		if changes := c.jobLog[from:]; len(changes) <= max(len(s.jobList)/8, 64) {
+			for _, ch := range changes {
+				s.refreshJob(c, ch.uid)
+			}
+			s.jobsGen = c.jobsGen
+			return
+		}
+	}
 	structural := false
 	for uid, j := range c.jobs {
 		old, ok := s.jobs[uid]
@@ -249,6 +262,39 @@ func (s *Snapshot) updateJobs(c *Cache) {
 		s.jobNames[objKey{j.Namespace, j.Name}] = j
 	}
 	slices.SortFunc(s.jobList, compareJobs)
+}
+
+// refreshJob brings the snapshot's copy of one job (by UID) to the cache's:
+// added, replaced or removed, in jobs, jobList and jobNames.
+func (s *Snapshot) refreshJob(c *Cache, uid string) {
+	j := c.jobs[uid]
+	old := s.jobs[uid]
+	if old == j {
+		return
+	}
+	if old != nil && j != nil && old.Namespace == j.Namespace && old.Name == j.Name {
+		if i, found := slices.BinarySearchFunc(s.jobList, old, compareJobs); found {
+			s.jobList[i] = j
+		}
+		s.jobs[uid] = j
+		s.jobNames[objKey{j.Namespace, j.Name}] = j
+		return
+	}
+	if old != nil {
+		if i, found := slices.BinarySearchFunc(s.jobList, old, compareJobs); found {
+			s.jobList = slices.Delete(s.jobList, i, i+1)
+		}
+		if key := (objKey{old.Namespace, old.Name}); s.jobNames[key] == old {
+			delete(s.jobNames, key)
+		}
+		delete(s.jobs, uid)
+	}
+	if j != nil {
+		i, _ := slices.BinarySearchFunc(s.jobList, j, compareJobs)
+		s.jobList = slices.Insert(s.jobList, i, j)
+		s.jobs[uid] = j
+		s.jobNames[objKey{j.Namespace, j.Name}] = j
+	}
 }
 
 func compareJobs(a, b *api.Job) int {

@@ -584,3 +584,76 @@ func TestSnapshotBook(t *testing.T) {
 		t.Fatalf("after Forget: %+v, want empty books", b)
 	}
 }
+
+// TestSnapshotJobsFollowTheLog refreshes one snapshot after random runs of
+// job changes (updates, deletes, names re-used by new UIDs, stale deletes),
+// short and long, so that it takes the cache's log of changed jobs and,
+// after the log was trimmed or named too many jobs, the full comparison; and
+// checks it against a snapshot built from scratch each time.
+func TestSnapshotJobsFollowTheLog(t *testing.T) {
+	for seed := range int64(4) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			r := newRand(seed)
+			c := New(Options{})
+			var s Snapshot
+			for round := range 300 {
+				n := 1 + r.intn(8)
+				if r.intn(10) == 0 {
+					n = 300 + r.intn(1500) // past the log's reach, or too many to take one by one
+				}
+				for range n {
+					name := fmt.Sprint("j", r.intn(120))
+					uid := fmt.Sprintf("%s-uid-%d", name, r.intn(3))
+					if r.intn(4) == 0 {
+						c.DeleteJob(uid)
+						continue
+					}
+					c.AddOrUpdateJob(api.Job{Namespace: fmt.Sprint("ns", r.intn(3)), Name: name, UID: uid,
+						MinMember: int32(r.intn(5)), Queue: fmt.Sprint("q", r.intn(4))})
+				}
+				c.UpdateSnapshot(&s)
+				var fresh Snapshot
+				c.UpdateSnapshot(&fresh)
+				got, want := s.Jobs(), fresh.Jobs()
+				if len(got) != len(want) {
+					t.Fatalf("round %d: %d jobs, a fresh snapshot has %d", round, len(got), len(want))
+				}
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("round %d: job %d is %s/%s %s, a fresh snapshot has %s/%s %s", round, i,
+							got[i].Namespace, got[i].Name, got[i].UID, want[i].Namespace, want[i].Name, want[i].UID)
+					}
+					if j, ok := s.JobByUID(want[i].UID); !ok || j != want[i] {
+						t.Fatalf("round %d: JobByUID(%s) = %v, %v", round, want[i].UID, j, ok)
+					}
+					if j, ok := s.JobByName(want[i].Namespace, want[i].Name); !ok || j != want[i] {
+						t.Fatalf("round %d: JobByName(%s/%s) = %v, %v", round, want[i].Namespace, want[i].Name, j, ok)
+					}
+				}
+				if len(s.jobs) != len(want) || len(s.jobNames) != len(want) {
+					t.Fatalf("round %d: %d jobs by UID and %d by name, want %d", round, len(s.jobs), len(s.jobNames), len(want))
+				}
+			}
+		})
+	}
+}
+
+// TestSnapshotJobsAfterTheLogIsTrimmed: a snapshot taken while the cluster
+// had many jobs, refreshed after most of them went and the cache trimmed
+// its log past that snapshot, lists the jobs that are left and no other.
+func TestSnapshotJobsAfterTheLogIsTrimmed(t *testing.T) {
+	c := New(Options{})
+	for i := range 8000 {
+		c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: fmt.Sprint("bulk-", i), UID: fmt.Sprint("bulk-uid-", i)})
+	}
+	var s Snapshot
+	c.UpdateSnapshot(&s)
+	for i := range 8000 {
+		c.DeleteJob(fmt.Sprint("bulk-uid-", i))
+	}
+	c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "left", UID: "left-uid"})
+	c.UpdateSnapshot(&s)
+	if got := s.Jobs(); len(got) != 1 || got[0].UID != "left-uid" {
+		t.Fatalf("after 8,000 jobs went and one came, the snapshot lists %d jobs (first %v), want only left-uid", len(got), got[:min(len(got), 1)])
+	}
+}
