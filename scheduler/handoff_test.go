@@ -581,6 +581,39 @@ func TestOfferGoesToShardWithRoom(t *testing.T) {
 	}
 }
 
+// A running job's further pods (minMember 1, as a Deployment's or a batch
+// Job's) that do not fit on the queue owner's nodes are offered to a shard
+// that gossips room for them, as a gang that does not fit is; they did wait
+// there, uncovered and unannounced, for room on the owner's nodes alone.
+func TestRunningJobsFurtherPodsOfferedWhenOwnerIsFull(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("n1", 4)
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "dep", UID: "dep", Queue: "q", MinMember: 1, Phase: api.JobPending})
+	for i := 0; i < 2; i++ {
+		uid := fmt.Sprintf("dep-%d", i)
+		r.claims.mu.Lock()
+		r.claims.jobOf[uid] = "dep"
+		r.claims.mu.Unlock()
+		r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: uid, UID: uid, Job: "dep",
+			Request: api.NewResource(3000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano"})
+	}
+	r.cycles(t, 3)
+	if b := r.binder.Binds(); len(b) != 1 {
+		t.Fatalf("binds %v, want one pod of the job on n1 (4 CPU hold one 3-CPU pod)", b)
+	}
+	if got := r.claims.Offered(); len(got) != 0 {
+		t.Fatalf("offers %v with no other shard in sight", got)
+	}
+	r.peers.members = []wire.Meta{{ID: "shard-b", Capacity: capacity(16, 8)}, {ID: "shard-o", Capacity: capacity(1, 1)}}
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 1 || got[0] != "dep→shard-b" {
+		t.Fatalf("offers %v, want the running job offered to shard-b for its pod that does not fit here", got)
+	}
+	if b := r.binder.Binds(); len(b) != 1 {
+		t.Fatalf("binds %v: the owner bound more than its node holds", b)
+	}
+}
+
 // The shard offered a job claims it when the gang fits on its nodes and
 // binds it there, under the claim, without touching the reservation (the
 // owner's); an offer that does not fit is refused (the record deleted).

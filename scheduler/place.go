@@ -125,9 +125,12 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			continue // a task's own gang is not all there yet
 		}
 		// The quota rule: only what the reservation covers is placed.
-		ready = ready[:s.coveredTasks(j, ready)]
-		if need > len(ready) {
-			continue // the reservation has not grown enough yet
+		if n := s.coveredTasks(j, ready); need > n {
+			// The reservation has not grown enough yet, or will not here.
+			s.uncovered(ctx, j, role, ready[:need], nodes, pc)
+			continue
+		} else {
+			ready = ready[:n]
 		}
 		_, pspan := s.tracer.Start(ctx, "scheduler.place", trace.WithAttributes(
 			attribute.String("job", j.Key()), attribute.Int("tasks", len(ready)), attribute.Int("min_member", need), attribute.Int("nodes_considered", len(nodes))))
@@ -456,4 +459,43 @@ func (s *Scheduler) placementMessage(reasons map[string]int, mine, candidates in
 		all[reasonOtherShards] += other
 	}
 	return placement.Summarize(all, total)
+}
+
+// uncovered handles tasks of j, beyond what its reservation covers, that
+// this shard would place next. While the cover is being learnt, or a grow
+// was refused for quota (the resize said so on the job), they wait. A grow
+// is also held back when they do not fit in this shard's free room
+// (wantResize): then, as for a gang that does not fit, the queue owner
+// offers the job to a shard that gossips room for them (a running job's
+// further pods, a Deployment scaled up, an elastic job's extra tasks), and
+// a claimer gives its claim back after ClaimGiveUp; when no shard has room,
+// the tasks are told why they wait. Loop only.
+func (s *Scheduler) uncovered(ctx context.Context, j *api.Job, role role, tasks []*api.Task, nodes []*api.NodeBooks, pc placement.Config) {
+	s.mu.Lock()
+	rec := s.peek(j.UID)
+	known, quotaWait := rec.cover != nil, rec.resizeWait != (quotaBackoff{})
+	s.mu.Unlock()
+	if !known || quotaWait || len(nodes) == 0 {
+		return
+	}
+	res := s.planner.PlaceGang(pc, tasks, nodes, len(tasks), s.rng)
+	if res.OK {
+		return // room here after all: the next cycle's resize grows for it
+	}
+	switch role {
+	case asOwner:
+		if s.offer(ctx, j, tasks) {
+			return
+		}
+	case asClaimer:
+		s.claimStuck(ctx, j)
+		return
+	}
+	msg := "more of its job's pods than its reservation covers do not fit on this shard's nodes, and no other shard reports room for them: " +
+		s.placementMessage(res.Reasons, len(nodes), len(nodes))
+	for _, t := range tasks {
+		if s.rateLimited(t.UID) {
+			s.deps.Recorder.FailedScheduling(t, msg)
+		}
+	}
 }
