@@ -280,10 +280,11 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 // whose gang fits on its nodes now, refuses one that does not (the offerer
 // then tries elsewhere), and drops its claims of jobs that are gone. An
 // offer of a job this shard does not know yet (its informers lag) is left
-// to the offerer's timeout.
-func (s *Scheduler) takeOffers(ctx context.Context) {
+// to the offerer's timeout. It returns the claim records it read (every
+// one this shard knows), for the cycle's placement to start from.
+func (s *Scheduler) takeOffers(ctx context.Context) []wire.Claim {
 	if !s.handoffOn() {
-		return
+		return nil
 	}
 	for uid, c := range s.ho.dropping {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
@@ -294,14 +295,15 @@ func (s *Scheduler) takeOffers(ctx context.Context) {
 		}
 	}
 	me := s.deps.Peers.Name()
+	claims := s.deps.Claims.List()
 	var mine []wire.Claim
-	for _, c := range s.deps.Claims.List() {
+	for _, c := range claims {
 		if c.To == me && !c.Unknown {
 			mine = append(mine, c)
 		}
 	}
 	if len(mine) == 0 {
-		return
+		return claims
 	}
 	byUID := make(map[string]*api.Job, len(mine))
 	for _, c := range mine {
@@ -376,6 +378,7 @@ func (s *Scheduler) takeOffers(ctx context.Context) {
 		s.stats.claims.Add(1)
 		s.log.Info("claimed a job offered by its queue owner", "job", j.Key(), "from", c.From, "holding nodes for it", held)
 	}
+	return claims
 }
 
 // offeredToHold reports whether an offer looks like one of offerToHold's:

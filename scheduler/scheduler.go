@@ -392,8 +392,8 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	}
 	s.implicitGroups(ctx, byQueue)
 	s.admit(ctx, byQueue)
-	s.takeOffers(ctx)
-	s.placeAdmitted(ctx, s.candidates())
+	claims := s.takeOffers(ctx)
+	s.placeAdmitted(ctx, s.candidates(claims))
 	s.writeStatus(jobs)
 	s.publishCapacity()
 }
@@ -407,9 +407,11 @@ func (s *Scheduler) live(uid string) bool {
 // candidates returns the snapshot's jobs that this shard may have a role in
 // this cycle (roleOf is notMine for every other job, with no side effect):
 // those it admitted, those it offered to another shard, and those with a
-// claim record (offered to it, claimed by it, or by another). They come in
-// the snapshot's order (namespace, name, UID). Loop only.
-func (s *Scheduler) candidates() []*api.Job {
+// claim record (offered to it, claimed by it, or by another: claims, as
+// takeOffers listed them; a record written since names a job this shard
+// offered or admitted). They come in the snapshot's order (namespace,
+// name, UID). Loop only.
+func (s *Scheduler) candidates(claims []wire.Claim) []*api.Job {
 	uids := map[string]struct{}{}
 	s.mu.Lock()
 	for uid, r := range s.jobs {
@@ -421,10 +423,8 @@ func (s *Scheduler) candidates() []*api.Job {
 	for uid := range s.ho.offers {
 		uids[uid] = struct{}{}
 	}
-	if s.handoffOn() {
-		for _, c := range s.deps.Claims.List() {
-			uids[c.Job] = struct{}{}
-		}
+	for _, c := range claims {
+		uids[c.Job] = struct{}{}
 	}
 	out := make([]*api.Job, 0, len(uids))
 	for uid := range uids {
