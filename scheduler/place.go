@@ -125,13 +125,13 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			continue // a task's own gang is not all there yet
 		}
 		// The quota rule: only what the reservation covers is placed.
-		if n := s.coveredTasks(j, ready); need > n {
+		n := s.coveredTasks(j, ready)
+		if need > n {
 			// The reservation has not grown enough yet, or will not here.
 			s.uncovered(ctx, j, role, ready[:need], nodes, pc)
 			continue
-		} else {
-			ready = ready[:n]
 		}
+		ready = ready[:n]
 		_, pspan := s.tracer.Start(ctx, "scheduler.place", trace.WithAttributes(
 			attribute.String("job", j.Key()), attribute.Int("tasks", len(ready)), attribute.Int("min_member", need), attribute.Int("nodes_considered", len(nodes))))
 		t0 := time.Now()

@@ -7,6 +7,7 @@
 //
 //	go run ./bench/coordbench                      # 1, 8, 32 clients, 5 s each
 //	go run ./bench/coordbench -clients 8 -inflight 1,16 -duration 10s
+//	go run ./bench/coordbench -etcd-ceiling        # and etcd's own write rate, 1 to 8 Txns in flight
 //
 // A client is one shard: it has its own etcd session and issues up to
 // -inflight reservations at once (a shard admits many jobs per cycle). Both
@@ -45,6 +46,7 @@ type options struct {
 	noFsync    bool
 	groupDelay time.Duration
 	groupOps   int
+	ceiling    bool
 }
 
 func parseInts(flagName, s string) ([]int, error) {
@@ -68,6 +70,7 @@ func main() {
 	flag.BoolVar(&o.noFsync, "no-fsync", false, "run etcd without fsync")
 	flag.DurationVar(&o.groupDelay, "group-delay", 0, "coordinator group delay (0: commit when no request waits)")
 	flag.IntVar(&o.groupOps, "max-group-ops", 128, "coordinator calls per group and operations per etcd Txn, 1..4096 (etcd's --max-txn-ops is raised to match)")
+	flag.BoolVar(&o.ceiling, "etcd-ceiling", false, "also measure etcd alone: Txns of -max-group-ops reservation-sized puts under a lease, guarded like the leader's, with 1, 2, 4 and 8 in flight (the most any layout of one key per reservation can reach, pipelined or not)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -196,7 +199,56 @@ func run(o options) error {
 			}
 		}
 	}
+	if o.ceiling {
+		return etcdCeiling(ctx, scli, o)
+	}
 	return nil
+}
+
+// etcdCeiling measures the write rate of the run's etcd alone: each Txn
+// puts -max-group-ops keys with a value the size of a stored reservation,
+// attached to a lease (as a tentative reservation is) and guarded by a
+// compare on a key (as the leader's Txns are on its election key), with 1,
+// 2, 4 and 8 Txns in flight at once.
+func etcdCeiling(ctx context.Context, cli *clientv3.Client, o options) error {
+	guard, err := cli.Put(ctx, "/ceiling/guard", "x")
+	if err != nil {
+		return err
+	}
+	lease, err := cli.Grant(ctx, 600)
+	if err != nil {
+		return err
+	}
+	r := coordinator.Reservation{Job: coordinator.JobRef{Namespace: "bench", Name: "r1-c1-w1-1000", UID: "r1-c1-w1-1000"},
+		Queue: "leaf-1", Path: []string{"leaf-1", "p1", api.RootQueue}, Amount: api.NewResource(1000, 1<<30, nil),
+		Floor: api.NewResource(1000, 1<<30, nil), State: coordinator.Tentative, Lease: int64(lease.ID), Shard: "shard-1"}
+	value, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\netcd alone: Txns of %d puts of %d bytes under a lease, guarded by a compare, %s per run\n\n", o.groupOps, len(value), o.duration)
+	fmt.Printf("| Txns in flight | keys/s | Txn p50 | Txn p99 |\n|---:|---:|---:|---:|\n")
+	var seq atomic.Int64
+	for _, inflight := range []int{1, 2, 4, 8} {
+		s, err := drive(1, inflight, o.duration, func(_, _, _ int, _ time.Time) (int, error) {
+			ops := make([]clientv3.Op, o.groupOps)
+			for i := range ops {
+				ops[i] = clientv3.OpPut(fmt.Sprintf("/ceiling/res/%d", seq.Add(1)), string(value), clientv3.WithLease(lease.ID))
+			}
+			resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision("/ceiling/guard"), "=", guard.Header.Revision)).Then(ops...).Commit()
+			if err == nil && !resp.Succeeded {
+				err = errors.New("etcd ceiling: the guard's compare failed")
+			}
+			return 0, err
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("| %d | %.0f | %s | %s |\n", inflight, s.rate()*float64(o.groupOps),
+			s.pct(0.50).Round(10*time.Microsecond), s.pct(0.99).Round(10*time.Microsecond))
+	}
+	_, err = cli.Delete(ctx, "/ceiling/", clientv3.WithPrefix())
+	return err
 }
 
 // drive runs clients × inflight workers calling op until d has passed.
