@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -236,6 +237,28 @@ func (f *fakeBinder) Binds() map[string]string {
 
 type nopRecorder struct{}
 
+// noteRecorder keeps the FailedScheduling messages by task UID.
+type noteRecorder struct {
+	nopRecorder
+	mu     sync.Mutex
+	failed map[string]string
+}
+
+func (n *noteRecorder) FailedScheduling(t *api.Task, msg string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.failed == nil {
+		n.failed = map[string]string{}
+	}
+	n.failed[t.UID] = msg
+}
+
+func (n *noteRecorder) failure(uid string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.failed[uid]
+}
+
 func (nopRecorder) Scheduled(*api.Task, string)        {}
 func (nopRecorder) FailedScheduling(*api.Task, string) {}
 func (nopRecorder) Unschedulable(*api.Job, string)     {}
@@ -408,6 +431,8 @@ type rig struct {
 	// each cycle of cycles (the world's reaction to it).
 	evictor    Evictor
 	afterCycle func()
+	// recorder, when set before newScheduler, takes the events.
+	recorder Recorder
 }
 
 func newRig(t testing.TB, name string, notHeld ...string) *rig {
@@ -429,7 +454,11 @@ func (r *rig) newScheduler(t testing.TB, seed uint64, st Status) *Scheduler {
 	cfg := DefaultConfig()
 	cfg.Seed = seed
 	cfg.Now = r.clock
-	s, err := New(cfg, Deps{Cache: r.c, Ownership: r.own, Quota: r.quota, Binder: r.binder, Recorder: nopRecorder{},
+	var rec Recorder = nopRecorder{}
+	if r.recorder != nil {
+		rec = r.recorder
+	}
+	s, err := New(cfg, Deps{Cache: r.c, Ownership: r.own, Quota: r.quota, Binder: r.binder, Recorder: rec,
 		Status: st, Peers: r.peers, Claims: r.claims, Evictor: r.evictor})
 	if err != nil {
 		t.Fatal(err)
@@ -587,6 +616,11 @@ func TestOfferGoesToShardWithRoom(t *testing.T) {
 // there, uncovered and unannounced, for room on the owner's nodes alone.
 func TestRunningJobsFurtherPodsOfferedWhenOwnerIsFull(t *testing.T) {
 	r := newRig(t, "shard-o")
+	r.stop()
+	events := &noteRecorder{}
+	r.recorder = events
+	r.s = r.newScheduler(t, 1, nopStatus{})
+	r.start(t)
 	r.node("n1", 4)
 	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "dep", UID: "dep", Queue: "q", MinMember: 1, Phase: api.JobPending})
 	for i := 0; i < 2; i++ {
@@ -603,6 +637,9 @@ func TestRunningJobsFurtherPodsOfferedWhenOwnerIsFull(t *testing.T) {
 	}
 	if got := r.claims.Offered(); len(got) != 0 {
 		t.Fatalf("offers %v with no other shard in sight", got)
+	}
+	if msg := events.failure("dep-1"); !strings.Contains(msg, "no other shard reports room") {
+		t.Fatalf("the pod left waiting was told %q, want why it waits", msg)
 	}
 	r.peers.members = []wire.Meta{{ID: "shard-b", Capacity: capacity(16, 8)}, {ID: "shard-o", Capacity: capacity(1, 1)}}
 	r.cycles(t, 2)
