@@ -22,7 +22,7 @@
 // twice.
 //
 // How a job moves: when the queue owner's own partitions cannot hold the
-// gang, it picks a live shard whose gossiped capacity (free resources and
+// gang (or, once the gang is bound, the job's further pods), it picks a live shard whose gossiped capacity (free resources and
 // largest free node, published by every shard from its snapshot) has room,
 // and creates the claim record, state offered, in one etcd Txn that also
 // checks that it still holds the queue's record and that no record exists;
@@ -56,7 +56,9 @@
 // places the job (owner or claimer) resizes that reservation to cover its
 // pending tasks before placing them, growing one absolute target per task
 // while every level has room (and only for tasks that fit in what its
-// nodes have free), and binds only what the reservation covers; finished
+// nodes have free), and binds only what the reservation covers (tasks
+// beyond the gang that do not fit in that room are a reason to hand the
+// job on, as a gang that does not fit is: place.go, uncovered); finished
 // tasks shrink it; the owner confirms it once the gang is bound and
 // releases it when the job is gone and its pods with it, or when every
 // task finished. Reconciliation releases reservations that cover no job,
