@@ -247,8 +247,9 @@ func etcdCeiling(ctx context.Context, cli *clientv3.Client, o options) error {
 		fmt.Printf("| %d | %.0f | %s | %s |\n", inflight, s.rate()*float64(o.groupOps),
 			s.pct(0.50).Round(10*time.Microsecond), s.pct(0.99).Round(10*time.Microsecond))
 	}
-	_, err = cli.Delete(ctx, "/ceiling/", clientv3.WithPrefix())
-	return err
+	// The keys are left: deleting millions in one request outlasts etcd's
+	// request timeout, and the embedded etcd goes with the process.
+	return nil
 }
 
 // drive runs clients × inflight workers calling op until d has passed.
