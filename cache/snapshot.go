@@ -238,7 +238,7 @@ func (s *Snapshot) updateJobs(c *Cache) {
 			structural = true
 			continue
 		}
-		if i, found := slices.BinarySearchFunc(s.jobList, j, compareJobs); found {
+		if i, found := slices.BinarySearchFunc(s.jobList, j, JobOrder); found {
 			s.jobList[i] = j
 		} else {
 			structural = true
@@ -261,7 +261,7 @@ func (s *Snapshot) updateJobs(c *Cache) {
 		s.jobList = append(s.jobList, j)
 		s.jobNames[objKey{j.Namespace, j.Name}] = j
 	}
-	slices.SortFunc(s.jobList, compareJobs)
+	slices.SortFunc(s.jobList, JobOrder)
 }
 
 // refreshJob brings the snapshot's copy of one job (by UID) to the cache's:
@@ -273,7 +273,7 @@ func (s *Snapshot) refreshJob(c *Cache, uid string) {
 		return
 	}
 	if old != nil && j != nil && old.Namespace == j.Namespace && old.Name == j.Name {
-		if i, found := slices.BinarySearchFunc(s.jobList, old, compareJobs); found {
+		if i, found := slices.BinarySearchFunc(s.jobList, old, JobOrder); found {
 			s.jobList[i] = j
 		}
 		s.jobs[uid] = j
@@ -281,7 +281,7 @@ func (s *Snapshot) refreshJob(c *Cache, uid string) {
 		return
 	}
 	if old != nil {
-		if i, found := slices.BinarySearchFunc(s.jobList, old, compareJobs); found {
+		if i, found := slices.BinarySearchFunc(s.jobList, old, JobOrder); found {
 			s.jobList = slices.Delete(s.jobList, i, i+1)
 		}
 		if key := (objKey{old.Namespace, old.Name}); s.jobNames[key] == old {
@@ -290,14 +290,16 @@ func (s *Snapshot) refreshJob(c *Cache, uid string) {
 		delete(s.jobs, uid)
 	}
 	if j != nil {
-		i, _ := slices.BinarySearchFunc(s.jobList, j, compareJobs)
+		i, _ := slices.BinarySearchFunc(s.jobList, j, JobOrder)
 		s.jobList = slices.Insert(s.jobList, i, j)
 		s.jobs[uid] = j
 		s.jobNames[objKey{j.Namespace, j.Name}] = j
 	}
 }
 
-func compareJobs(a, b *api.Job) int {
+// JobOrder orders jobs as a snapshot lists them (Snapshot.Jobs): by
+// namespace, name, then UID.
+func JobOrder(a, b *api.Job) int {
 	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
 }
 

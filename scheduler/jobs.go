@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
@@ -139,10 +138,4 @@ func (s *Scheduler) dropReservation(uid string) {
 		r.setCover(nil)
 		s.tidy(uid)
 	}
-}
-
-// snapshotOrder orders jobs as the cycle's snapshot lists them: by
-// namespace, name, then UID.
-func snapshotOrder(a, b *api.Job) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
 }

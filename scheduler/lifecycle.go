@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/wire"
 )
 
@@ -34,7 +35,7 @@ func (s *Scheduler) releaseGone(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(admitted, snapshotOrder)
+	slices.SortFunc(admitted, cache.JobOrder)
 	// A deleted job's pods may still be terminating, holding their nodes:
 	// its reservation covers them until they are gone.
 	kept := gone[:0]

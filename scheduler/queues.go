@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/wire"
 )
 
 // statusEvery is how often (on the scheduler's clock) queue status is
@@ -108,7 +107,7 @@ func (s *Scheduler) writeStatus(jobs []*api.Job) {
 	for _, j := range jobs {
 		c, ok := counts[j.Queue]
 		if !ok {
-			c = slices.ContainsFunc(pathOf(j.Queue), func(q string) bool { return s.deps.Ownership.Holds(wire.QueueKey(q)) })
+			c = slices.ContainsFunc(pathOf(j.Queue), s.holdsQueue)
 			counts[j.Queue] = c
 		}
 		if !c {
@@ -153,7 +152,7 @@ func (s *Scheduler) writeStatus(jobs []*api.Job) {
 		}
 	}
 	for _, q := range names {
-		if !s.deps.Ownership.Holds(wire.QueueKey(q)) {
+		if !s.holdsQueue(q) {
 			continue
 		}
 		st := all[q]

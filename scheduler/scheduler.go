@@ -145,6 +145,9 @@ type Scheduler struct {
 	groupOps map[string]time.Time // loop only: implicit PodGroup creates/deletes in flight (by key or UID)
 	// summaries memoizes Cache.JobSummary for one cycle (loop only).
 	summaries map[jobKey]cache.JobSummary
+	// queueHeld memoizes, for one cycle, whether this shard holds a queue
+	// (holdsQueue; loop only).
+	queueHeld map[string]bool
 	// lastStatus is when queue status was last computed (loop only).
 	lastStatus time.Time
 
@@ -259,7 +262,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Now().UnixNano()))),
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
-		groupOps: map[string]time.Time{}, summaries: map[jobKey]cache.JobSummary{}, heldBefore: map[string]time.Time{},
+		groupOps: map[string]time.Time{}, summaries: map[jobKey]cache.JobSummary{}, queueHeld: map[string]bool{}, heldBefore: map[string]time.Time{},
 		jobs: map[string]*jobRec{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{}, queueShort: map[string]time.Time{},
 		ho: newHandoff(), held: newHolds(), orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
@@ -356,6 +359,7 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	s.stats.cycles.Add(1)
 	s.deps.Cache.UpdateSnapshot(s.snap)
 	clear(s.summaries)
+	clear(s.queueHeld)
 	jobs := s.snap.Jobs()
 	if len(jobs) > 0 {
 		var span trace.Span
@@ -371,14 +375,8 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	// work does not grow with the jobs of other shards' queues; only this
 	// loop, and writeStatus's roll-up to held ancestors, read every job.
 	byQueue := map[string][]*api.Job{}
-	held := map[string]bool{} // queue → held, asked once per queue
 	for _, j := range jobs {
-		h, ok := held[j.Queue]
-		if !ok {
-			h = s.deps.Ownership.Holds(wire.QueueKey(j.Queue))
-			held[j.Queue] = h
-		}
-		if h {
+		if s.holdsQueue(j.Queue) {
 			byQueue[j.Queue] = append(byQueue[j.Queue], j)
 		}
 	}
@@ -395,6 +393,17 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	s.placeAdmitted(ctx, s.candidates(claims))
 	s.writeStatus(jobs)
 	s.publishCapacity()
+}
+
+// holdsQueue reports whether this shard holds the queue's ownership record,
+// asked once per queue and cycle (a cycle's passes see one answer). Loop only.
+func (s *Scheduler) holdsQueue(q string) bool {
+	h, ok := s.queueHeld[q]
+	if !ok {
+		h = s.deps.Ownership.Holds(wire.QueueKey(q))
+		s.queueHeld[q] = h
+	}
+	return h
 }
 
 // live reports whether the cycle's snapshot has a job of this UID. Loop only.
@@ -431,7 +440,7 @@ func (s *Scheduler) candidates(claims []wire.Claim) []*api.Job {
 			out = append(out, j)
 		}
 	}
-	slices.SortFunc(out, snapshotOrder)
+	slices.SortFunc(out, cache.JobOrder)
 	return out
 }
 
