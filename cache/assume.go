@@ -33,31 +33,31 @@ func (c *Cache) Assume(taskUID, node string) error {
 		return fmt.Errorf("assume %q: %w", taskUID, ErrUnknownTask)
 	}
 	if !e.pending {
-		why := "phase " + string(e.view.Phase)
-		if e.view.NodeName != "" {
-			why = "bound to " + e.view.NodeName
+		why := "phase " + string(e.phase())
+		if n := e.nodeName(); n != "" {
+			why = "bound to " + n
 		}
 		if e.assumed != "" {
 			why = "already assumed on " + e.assumed
 		}
-		return fmt.Errorf("assume %s/%s: %w (%s)", e.obj.Namespace, e.obj.Name, ErrNotPending, why)
+		return fmt.Errorf("assume %s/%s: %w (%s)", e.namespace(), e.name(), ErrNotPending, why)
 	}
 	ne := c.nodes[node]
 	switch {
 	case ne == nil:
-		return fmt.Errorf("assume %s/%s on %q: %w", e.obj.Namespace, e.obj.Name, node, ErrUnknownNode)
+		return fmt.Errorf("assume %s/%s on %q: %w", e.namespace(), e.name(), node, ErrUnknownNode)
 	case ne.books == nil:
-		return fmt.Errorf("assume %s/%s on %q: %w", e.obj.Namespace, e.obj.Name, node, ErrNotOwned)
+		return fmt.Errorf("assume %s/%s on %q: %w", e.namespace(), e.name(), node, ErrNotOwned)
 	case ne.books.b.OutOfSync:
-		return fmt.Errorf("assume %s/%s on %q: %w", e.obj.Namespace, e.obj.Name, node, ErrOutOfSync)
+		return fmt.Errorf("assume %s/%s on %q: %w", e.namespace(), e.name(), node, ErrOutOfSync)
 	}
 	be := ne.books
 	used := be.b.Used.Clone()
 	if !addInto(&used, e.req, +1) {
-		return fmt.Errorf("assume %s/%s on %q: %w (request overflows)", e.obj.Namespace, e.obj.Name, node, ErrDoesNotFit)
+		return fmt.Errorf("assume %s/%s on %q: %w (request overflows)", e.namespace(), e.name(), node, ErrDoesNotFit)
 	}
 	if why := overflowReason(used, be.b.Node.Allocatable, be.b.Tasks+1); why != "" {
-		return fmt.Errorf("assume %s/%s on %q: %w (%s)", e.obj.Namespace, e.obj.Name, node, ErrDoesNotFit, why)
+		return fmt.Errorf("assume %s/%s on %q: %w (%s)", e.namespace(), e.name(), node, ErrDoesNotFit, why)
 	}
 	e.assumed = node
 	c.placeLocked(e)

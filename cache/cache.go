@@ -47,7 +47,7 @@ type Cache struct {
 
 	tasks     map[string]*taskEntry            // every known task, by UID
 	taskNames nameIndex                        // namespace/name -> task
-	byNode    map[string]map[string]*taskEntry // placement node -> UID -> task, known node or not
+	byNode    map[string]entrySet // placement node -> its tasks, known node or not
 
 	groups        map[objKey]*taskGroup // namespace/job -> its tasks
 	pendingGroups map[objKey]*taskGroup // the groups with at least one pending task
@@ -71,6 +71,8 @@ type Cache struct {
 	// scalars interns the scalar maps of the stored tasks' requests
 	// (storedTask): most pods ask for the same one or two scalars.
 	scalars map[scalarKey]map[string]int64
+	// shapes are the shared parts of the slim records, by job (slim.go).
+	shapes map[objKey][]*shape
 
 	// holdSync names the node Rebuild is working on: its out-of-sync state
 	// is decided once, at the end, not at every intermediate step.
@@ -78,6 +80,11 @@ type Cache struct {
 }
 
 type objKey struct{ namespace, name string }
+
+// entrySet is a set of tasks. A set of pointers costs a third of a map by
+// UID: with every pod of the cluster in a group and on a node, in every
+// shard, the difference was a tenth of a shard's heap at 1M cores.
+type entrySet map[*taskEntry]struct{}
 
 // jobChange is one entry of Cache.jobLog: the job of this UID changed at
 // this generation.
@@ -105,10 +112,15 @@ type bookEntry struct {
 
 // taskEntry is one known task.
 type taskEntry struct {
-	uid  string
+	uid string
+	// A task is kept either in full (obj and view; slim nil): pending or
+	// assumed, what cycles place; or slim (obj and view nil): placed or
+	// finished, not assumed (see slim.go). Read it through task() and the
+	// accessors, which work for both.
 	obj  *api.Task    // as last reported by an event (deep copy); replaced, never mutated
 	view *api.Task    // obj with an assumption applied; what readers see; never mutated
-	req  api.Resource // sanitized obj.Request; never mutated
+	slim *slimTask    // replaced, never mutated
+	req  api.Resource // sanitized request; never mutated
 
 	assumed string // node Assume booked it on, until confirmed or forgotten
 	node    string // placement: the node it holds resources on, "" if none
@@ -127,7 +139,7 @@ type taskEntry struct {
 // that name: see member.
 type taskGroup struct {
 	key     objKey
-	tasks   map[string]*taskEntry
+	tasks   entrySet
 	pending int
 	gen     int64
 	// cutoff is cutoffOf the job now known under key; a change of it is a
@@ -158,13 +170,14 @@ func (c *Cache) init() {
 	c.nodes = map[string]*nodeEntry{}
 	c.tasks = map[string]*taskEntry{}
 	c.taskNames = newNameIndex()
-	c.byNode = map[string]map[string]*taskEntry{}
+	c.byNode = map[string]entrySet{}
 	c.groups = map[objKey]*taskGroup{}
 	c.pendingGroups = map[objKey]*taskGroup{}
 	c.jobs = map[string]*api.Job{}
 	c.jobNames = map[objKey]string{}
 	c.outOfSync = map[string]struct{}{}
 	c.scalars = map[scalarKey]map[string]int64{}
+	c.shapes = map[objKey][]*shape{}
 }
 
 func (c *Cache) lock() {

@@ -31,7 +31,7 @@ func TestStoredTasksShareScalars(t *testing.T) {
 		if e == nil {
 			t.Fatalf("task %s not in the cache", name)
 		}
-		return e.obj.Request
+		return e.shared().Request
 	}
 	for _, tk := range given {
 		if got := stored(tk.Name); !got.Equal(tk.Request) {

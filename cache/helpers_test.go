@@ -138,34 +138,50 @@ func verify(c *Cache) error {
 	}
 	wants := map[string]*want{}
 	pending := 0
+	shapeRefs := map[*shape]int{}
 	for uid, e := range c.tasks {
-		if e.uid != uid || e.obj.UID != uid || e.view.UID != uid {
+		if (e.slim == nil) == (e.obj == nil) || (e.obj == nil) != (e.view == nil) {
+			fail("task %s: kept both in full and slim, or neither", uid)
+			continue
+		}
+		view := e.task()
+		obj := view
+		if e.obj != nil {
+			obj = *e.obj
+		}
+		if e.slim != nil {
+			shapeRefs[e.slim.shape]++
+			if e.assumed != "" || !slimmable(&view) {
+				fail("task %s: slim, but assumed (%q) or pending", uid, e.assumed)
+			}
+		}
+		if e.uid != uid || view.UID != uid || obj.UID != uid {
 			fail("task %s: uid mismatch", uid)
 		}
-		if c.taskNames.get(e.obj.Namespace, e.obj.Name) != e {
+		if c.taskNames.get(view.Namespace, view.Name) != e {
 			fail("task %s: name index", uid)
 		}
 		node := ""
-		if !e.view.Phase.Terminal() {
-			node = e.view.NodeName
+		if !view.Phase.Terminal() {
+			node = view.NodeName
 		}
-		if e.assumed != "" && (e.view.NodeName != e.assumed || e.view.Phase != api.TaskBound) {
+		if e.assumed != "" && (view.NodeName != e.assumed || view.Phase != api.TaskBound) {
 			fail("task %s: assumed view", uid)
 		}
 		if e.node != node {
 			fail("task %s: placement %q, want %q", uid, e.node, node)
 		}
-		if node != "" && c.byNode[node][uid] != e {
+		if node != "" && !inSet(c.byNode[node], e) {
 			fail("task %s: not indexed on %s", uid, node)
 		}
-		isPending := node == "" && e.assumed == "" && (e.view.Phase == api.TaskPending || e.view.Phase == "")
+		isPending := node == "" && e.assumed == "" && (view.Phase == api.TaskPending || view.Phase == "")
 		if e.pending != isPending {
 			fail("task %s: pending %v, want %v", uid, e.pending, isPending)
 		}
 		if isPending {
 			pending++
 		}
-		if e.group == nil || e.group.tasks[uid] != e || e.group.key != (objKey{e.view.Namespace, e.view.Job}) {
+		if e.group == nil || !inSet(e.group.tasks, e) || e.group.key != (objKey{view.Namespace, view.Job}) {
 			fail("task %s: group", uid)
 		}
 		owned := false
@@ -173,7 +189,7 @@ func verify(c *Cache) error {
 			owned = true
 		}
 		if owned {
-			if e.bookedOn != node || !e.bookedReq.Equal(sanitize(e.obj.Request)) || e.bookedRel != (e.view.Phase == api.TaskReleasing) {
+			if e.bookedOn != node || !e.bookedReq.Equal(sanitize(obj.Request)) || e.bookedRel != (view.Phase == api.TaskReleasing) {
 				fail("task %s: booked on %q (%v rel=%v), want %q", uid, e.bookedOn, e.bookedReq, e.bookedRel, node)
 			}
 			w := wants[node]
@@ -182,21 +198,38 @@ func verify(c *Cache) error {
 				wants[node] = w
 			}
 			w.n++
-			sumSat(w.used, e.obj.Request)
-			if e.view.Phase == api.TaskReleasing {
-				sumSat(w.rel, e.obj.Request)
+			sumSat(w.used, obj.Request)
+			if view.Phase == api.TaskReleasing {
+				sumSat(w.rel, obj.Request)
 			}
 		} else if e.bookedOn != "" {
 			fail("task %s: booked on %q, which has no books", uid, e.bookedOn)
 		}
 	}
+	for key, list := range c.shapes {
+		if len(list) == 0 || len(list) > maxShapes {
+			fail("job %v: %d shapes", key, len(list))
+		}
+		for _, sh := range list {
+			if sh.refs != shapeRefs[sh] || sh.refs <= 0 {
+				fail("job %v: a shape counts %d records, %d use it", key, sh.refs, shapeRefs[sh])
+			}
+			if (objKey{sh.t.Namespace, sh.t.Job}) != key {
+				fail("job %v: holds a shape of %s/%s", key, sh.t.Namespace, sh.t.Job)
+			}
+			delete(shapeRefs, sh)
+		}
+	}
+	if len(shapeRefs) > 0 {
+		fail("%d shapes in use are not listed under their job", len(shapeRefs))
+	}
 	if n := c.taskNames.len(); n != len(c.tasks) {
 		fail("name index holds %d entries for %d tasks", n, len(c.tasks))
 	}
 	for node, m := range c.byNode {
-		for uid, e := range m {
-			if c.tasks[uid] != e || e.node != node {
-				fail("byNode %s/%s stale", node, uid)
+		for e := range m {
+			if c.tasks[e.uid] != e || e.node != node {
+				fail("byNode %s/%s stale", node, e.uid)
 			}
 		}
 	}
@@ -205,7 +238,7 @@ func verify(c *Cache) error {
 	}
 	for key, g := range c.groups {
 		p := 0
-		for _, e := range g.tasks {
+		for e := range g.tasks {
 			if e.pending {
 				p++
 			}
@@ -346,4 +379,9 @@ func taskNames(ts []*api.Task) []string {
 		out = append(out, fmt.Sprintf("%s(%s,%s,%q)", t.Name, t.UID, t.Phase, t.NodeName))
 	}
 	return out
+}
+
+func inSet(s entrySet, e *taskEntry) bool {
+	_, ok := s[e]
+	return ok
 }

@@ -24,17 +24,17 @@ func cutoffOf(j *api.Job) time.Time {
 // earlier job of the same name rather than to the one whose cutoff is
 // given: it is releasing or terminal, and was created before the cutoff.
 // A live task (pending, assumed, bound, running) is always a member.
-func predecessor(t *api.Task, cutoff time.Time) bool {
-	if cutoff.IsZero() || t.Created.IsZero() {
+func predecessor(phase api.TaskPhase, created, cutoff time.Time) bool {
+	if cutoff.IsZero() || created.IsZero() {
 		return false
 	}
-	return (t.Phase == api.TaskReleasing || t.Phase.Terminal()) && t.Created.Before(cutoff)
+	return (phase == api.TaskReleasing || phase.Terminal()) && created.Before(cutoff)
 }
 
 // member reports whether a task of the group is a member of the job now
 // known under the group's key.
 func (g *taskGroup) member(e *taskEntry) bool {
-	return !predecessor(e.view, g.cutoff)
+	return !predecessor(e.phase(), e.created(), g.cutoff)
 }
 
 // setCutoff recomputes the cutoff of the group under key after the job

@@ -37,7 +37,7 @@ func (x *nameIndex) sum(namespace, name string) uint64 {
 }
 
 func named(e *taskEntry, namespace, name string) bool {
-	return e.obj.Namespace == namespace && e.obj.Name == name
+	return e.name() == name && e.namespace() == namespace
 }
 
 // get returns the entry indexed under namespace/name, or nil.
@@ -51,7 +51,7 @@ func (x *nameIndex) get(namespace, name string) *taskEntry {
 // put indexes e under its stored task's name, replacing any entry indexed
 // under that name.
 func (x *nameIndex) put(e *taskEntry) {
-	ns, name := e.obj.Namespace, e.obj.Name
+	ns, name := e.namespace(), e.name()
 	h := x.sum(ns, name)
 	if cur := x.byHash[h]; cur != nil && cur != e && !named(cur, ns, name) {
 		x.collided[objKey{ns, name}] = e
@@ -65,7 +65,7 @@ func (x *nameIndex) put(e *taskEntry) {
 
 // remove drops e from under its stored task's name, if it is indexed there.
 func (x *nameIndex) remove(e *taskEntry) {
-	ns, name := e.obj.Namespace, e.obj.Name
+	ns, name := e.namespace(), e.name()
 	h := x.sum(ns, name)
 	if x.byHash[h] == e {
 		delete(x.byHash, h)

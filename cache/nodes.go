@@ -96,9 +96,9 @@ func (c *Cache) Rebuild(node api.Node, tasks []api.Task) {
 		}
 	}
 	var stale []string
-	for uid, e := range c.byNode[node.Name] {
-		if _, ok := listed[uid]; !ok && e.assumed == "" {
-			stale = append(stale, uid)
+	for e := range c.byNode[node.Name] {
+		if _, ok := listed[e.uid]; !ok && e.assumed == "" {
+			stale = append(stale, e.uid)
 		}
 	}
 	for _, uid := range stale {
@@ -124,8 +124,8 @@ func (c *Cache) createBooks(ne *nodeEntry) {
 	ne.books = be
 	c.pushFront(be)
 	c.bookCount++
-	for _, e := range c.byNode[name] {
-		e.bookedOn, e.bookedReq, e.bookedRel = name, e.req, e.view.Phase == api.TaskReleasing
+	for e := range c.byNode[name] {
+		e.bookedOn, e.bookedReq, e.bookedRel = name, e.req, e.phase() == api.TaskReleasing
 	}
 	c.nodeChanged(be) // not exact yet: recomputes
 }
@@ -133,7 +133,7 @@ func (c *Cache) createBooks(ne *nodeEntry) {
 // dropBooks stops keeping books for a node; its tasks stay known.
 func (c *Cache) dropBooks(ne *nodeEntry) {
 	name := ne.node.Name
-	for _, e := range c.byNode[name] {
+	for e := range c.byNode[name] {
 		if e.bookedOn == name {
 			e.bookedOn, e.bookedReq, e.bookedRel = "", api.Resource{}, false
 		}
@@ -179,7 +179,7 @@ func (c *Cache) recompute(be *bookEntry) {
 	name := be.b.Node.Name
 	used, rel := api.Resource{}, api.Resource{}
 	exact, n := true, 0
-	for _, e := range c.byNode[name] {
+	for e := range c.byNode[name] {
 		if e.bookedOn != name {
 			continue
 		}

@@ -44,8 +44,62 @@ type Snapshot struct {
 
 type snapGroup struct {
 	gen     int64
-	tasks   []*api.Task // sorted by name
-	pending []*api.Task
+	members []member    // sorted by namespace, name, UID
+	pending []*api.Task // the pending members
+	tasks   []*api.Task // every member, put together on the first TasksOfJob; nil until then
+}
+
+// member is one member task of a snapshot's group, as the cache kept it:
+// in full (an assumed task with its node and phase Bound) or slim. Both
+// are shared with the cache, which never mutates them.
+type member struct {
+	uid  string
+	full *api.Task
+	slim *slimTask
+}
+
+func (m member) name() string {
+	if m.slim != nil {
+		return m.slim.name
+	}
+	return m.full.Name
+}
+
+func (m member) namespace() string {
+	if m.slim != nil {
+		return m.slim.shape.t.Namespace
+	}
+	return m.full.Namespace
+}
+
+func (m member) phase() api.TaskPhase {
+	if m.slim != nil {
+		return m.slim.phase
+	}
+	return m.full.Phase
+}
+
+func (m member) nodeName() string {
+	if m.slim != nil {
+		return m.slim.nodeName
+	}
+	return m.full.NodeName
+}
+
+// shared is as taskEntry.shared: only the fields a slim record shares.
+func (m member) shared() *api.Task {
+	if m.slim != nil {
+		return &m.slim.shape.t
+	}
+	return m.full
+}
+
+func (m member) task() *api.Task {
+	if m.slim == nil {
+		return m.full
+	}
+	t := m.slim.task(m.uid)
+	return &t
 }
 
 // UpdateSnapshot refreshes s to the cache's current state, incrementally:
@@ -189,17 +243,19 @@ func mergeTasks(out, a, b []*api.Task) []*api.Task {
 // shared, not copied: a view is never mutated once stored (an event or an
 // assumption replaces it), so the snapshot's stays as it was.
 func groupView(g *taskGroup) *snapGroup {
-	ng := &snapGroup{gen: g.gen, tasks: make([]*api.Task, 0, len(g.tasks))}
-	for _, e := range g.tasks {
+	ng := &snapGroup{gen: g.gen, members: make([]member, 0, len(g.tasks))}
+	for e := range g.tasks {
 		if !g.member(e) {
 			continue
 		}
-		ng.tasks = append(ng.tasks, e.view)
+		ng.members = append(ng.members, member{uid: e.uid, full: e.view, slim: e.slim})
 		if e.pending {
 			ng.pending = append(ng.pending, e.view)
 		}
 	}
-	slices.SortFunc(ng.tasks, compareTasks)
+	slices.SortFunc(ng.members, func(a, b member) int {
+		return cmp.Or(cmp.Compare(a.namespace(), b.namespace()), cmp.Compare(a.name(), b.name()), cmp.Compare(a.uid, b.uid))
+	})
 	return ng
 }
 
@@ -403,7 +459,64 @@ func (s *Snapshot) TasksOfJob(namespace, job string) []*api.Task {
 	if g == nil {
 		return nil
 	}
+	if g.tasks == nil && len(g.members) > 0 {
+		g.tasks = make([]*api.Task, len(g.members))
+		for i, m := range g.members {
+			g.tasks[i] = m.task()
+		}
+	}
 	return cloneOrNil(g.tasks)
+}
+
+// PendingOfJob returns the pending member tasks of the job now known as
+// namespace/job, in no particular order: TasksOfJob's pending ones,
+// without putting the others together. Read-only.
+func (s *Snapshot) PendingOfJob(namespace, job string) []*api.Task {
+	if s == nil {
+		return nil
+	}
+	if g := s.groups[objKey{namespace, job}]; g != nil {
+		return cloneOrNil(g.pending)
+	}
+	return nil
+}
+
+// BoundBySpec counts the bound (assumed included), unfinished member tasks
+// of a job with pending tasks by task spec (TaskSpec); nil for a job
+// without pending tasks, as TasksOfJob.
+func (s *Snapshot) BoundBySpec(namespace, job string) map[string]int {
+	if s == nil {
+		return nil
+	}
+	g := s.groups[objKey{namespace, job}]
+	if g == nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, m := range g.members {
+		if m.nodeName() != "" && !m.phase().Terminal() {
+			out[m.shared().TaskSpec]++
+		}
+	}
+	return out
+}
+
+// AnyProtected reports whether a member task of a job with pending tasks
+// is protected (Task.Protected); false for a job without pending tasks.
+func (s *Snapshot) AnyProtected(namespace, job string) bool {
+	if s == nil {
+		return false
+	}
+	g := s.groups[objKey{namespace, job}]
+	if g == nil {
+		return false
+	}
+	for _, m := range g.members {
+		if m.shared().Protected {
+			return true
+		}
+	}
+	return false
 }
 
 // Jobs returns every known job, sorted by namespace and name. Read-only.

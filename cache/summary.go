@@ -40,23 +40,23 @@ func (c *Cache) JobSummary(namespace, job string) JobSummary {
 	if m := g.summary.Load(); m != nil && m.gen == g.gen {
 		return m.sum.clone()
 	}
-	for _, e := range g.tasks {
-		t := e.view
+	for e := range g.tasks {
+		phase, sh := e.phase(), e.shared()
 		switch {
 		case !g.member(e):
 			s.Predecessors++
-		case t.Phase.Terminal():
+		case phase.Terminal():
 			s.Done++
-			if t.Phase == api.TaskFailed {
+			if phase == api.TaskFailed {
 				s.Failed++
 			}
-		case t.NodeName != "":
+		case e.nodeName() != "":
 			s.Bound++
-			addRequest(&s.Allocated, t.Request)
-			s.notePriority(t.Priority)
+			addRequest(&s.Allocated, sh.Request)
+			s.notePriority(sh.Priority)
 		default:
 			s.Pending++
-			s.notePriority(t.Priority)
+			s.notePriority(sh.Priority)
 		}
 	}
 	g.summary.Store(&groupSummary{gen: g.gen, sum: s.clone()})
@@ -113,9 +113,9 @@ func (c *Cache) JobTasks(namespace, job string) []api.Task {
 		return nil
 	}
 	out := make([]api.Task, 0, len(g.tasks))
-	for _, e := range g.tasks {
+	for e := range g.tasks {
 		if g.member(e) {
-			out = append(out, *e.view)
+			out = append(out, e.task())
 		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })

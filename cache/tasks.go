@@ -35,15 +35,25 @@ func (c *Cache) setTaskLocked(t api.Task) {
 	} else if !named(e, t.Namespace, t.Name) {
 		c.taskNames.remove(e) // under its old name
 	}
-	obj := c.storedTask(t)
-	if e.assumed != "" && (obj.Phase.Terminal() || obj.NodeName != "") {
+	if e.assumed != "" && (t.Phase.Terminal() || t.NodeName != "") {
 		// Confirmed (bound to the assumed node), moved (bound elsewhere) or
 		// finished: from now on the event is the truth.
 		e.assumed = ""
 	}
-	e.obj = &obj
+	var sl *slimTask
+	if e.assumed == "" && slimmable(&t) {
+		sl = c.slimOf(&t) // before dropSlim: a shape both share is kept
+	}
+	c.dropSlim(e)
+	if sl != nil {
+		e.obj, e.view, e.slim = nil, nil, sl
+		e.req = sanitize(sl.shape.t.Request)
+	} else {
+		obj := c.storedTask(t)
+		e.obj = &obj
+		e.req = sanitize(obj.Request)
+	}
 	c.taskNames.put(e)
-	e.req = sanitize(obj.Request)
 	c.placeLocked(e)
 }
 
@@ -68,27 +78,30 @@ func (c *Cache) removeTaskLocked(uid string) {
 	c.setPlacement(e, "")
 	c.leaveGroup(e)
 	c.taskNames.remove(e)
+	c.dropSlim(e)
 	delete(c.tasks, uid)
 }
 
 // placeLocked recomputes everything derived from a task's obj and
 // assumption: its view, placement, pending state, group and booking.
 func (c *Cache) placeLocked(e *taskEntry) {
-	view := e.obj
-	if e.assumed != "" {
-		v := *e.obj // shares obj's maps, which are never mutated
-		v.NodeName, v.Phase = e.assumed, api.TaskBound
-		view = &v
+	if e.slim == nil {
+		view := e.obj
+		if e.assumed != "" {
+			v := *e.obj // shares obj's maps, which are never mutated
+			v.NodeName, v.Phase = e.assumed, api.TaskBound
+			view = &v
+		}
+		e.view = view
 	}
-	e.view = view
-	node := ""
-	if !view.Phase.Terminal() {
-		node = view.NodeName
+	phase, node := e.phase(), ""
+	if !phase.Terminal() {
+		node = e.nodeName()
 	}
 	c.setPlacement(e, node)
 	c.leaveGroup(e)
-	pending := node == "" && e.assumed == "" && (view.Phase == api.TaskPending || view.Phase == "")
-	c.joinGroup(e, objKey{view.Namespace, view.Job}, pending)
+	pending := node == "" && e.assumed == "" && (phase == api.TaskPending || phase == "")
+	c.joinGroup(e, objKey{e.namespace(), e.shared().Job}, pending)
 	c.rebook(e)
 }
 
@@ -98,7 +111,7 @@ func (c *Cache) setPlacement(e *taskEntry, node string) {
 	}
 	if e.node != "" {
 		if m := c.byNode[e.node]; m != nil {
-			delete(m, e.uid)
+			delete(m, e)
 			if len(m) == 0 {
 				delete(c.byNode, e.node)
 			}
@@ -107,10 +120,10 @@ func (c *Cache) setPlacement(e *taskEntry, node string) {
 	if node != "" {
 		m := c.byNode[node]
 		if m == nil {
-			m = map[string]*taskEntry{}
+			m = entrySet{}
 			c.byNode[node] = m
 		}
-		m[e.uid] = e
+		m[e] = struct{}{}
 	}
 	e.node = node
 }
@@ -124,7 +137,7 @@ func (c *Cache) rebook(e *taskEntry) {
 			target = ne.books
 		}
 	}
-	rel := e.view.Phase == api.TaskReleasing
+	rel := e.phase() == api.TaskReleasing
 	if target != nil && e.bookedOn == e.node && e.bookedRel == rel && e.bookedReq.Equal(e.req) {
 		return
 	}
@@ -174,7 +187,7 @@ func (c *Cache) leaveGroup(e *taskEntry) {
 	if g == nil {
 		return
 	}
-	delete(g.tasks, e.uid)
+	delete(g.tasks, e)
 	if e.pending {
 		g.pending--
 		c.pendingCount--
@@ -192,10 +205,10 @@ func (c *Cache) leaveGroup(e *taskEntry) {
 func (c *Cache) joinGroup(e *taskEntry, key objKey, pending bool) {
 	g := c.groups[key]
 	if g == nil {
-		g = &taskGroup{key: key, tasks: map[string]*taskEntry{}, cutoff: cutoffOf(c.jobs[c.jobNames[key]])}
+		g = &taskGroup{key: key, tasks: entrySet{}, cutoff: cutoffOf(c.jobs[c.jobNames[key]])}
 		c.groups[key] = g
 	}
-	g.tasks[e.uid] = e
+	g.tasks[e] = struct{}{}
 	e.group, e.pending = g, pending
 	if pending {
 		g.pending++

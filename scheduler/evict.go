@@ -61,12 +61,7 @@ func (s *Scheduler) terms(j *api.Job) *wire.Terms {
 	if !t.Protected {
 		// The cycle's snapshot has the tasks of every job with pending
 		// ones (every job admission asks for), without a cache lock.
-		for _, tk := range s.snap.TasksOfJob(j.Namespace, j.Name) {
-			if tk.Protected {
-				t.Protected = true
-				break
-			}
-		}
+		t.Protected = s.snap.AnyProtected(j.Namespace, j.Name)
 	}
 	return t
 }

@@ -485,7 +485,7 @@ func (s *Scheduler) priority(j *api.Job) int32 {
 // bound (including assumed) and finished tasks (from the cache, which
 // covers jobs without pending tasks too).
 func (s *Scheduler) jobTasks(j *api.Job) (pending []*api.Task, bound, done int) {
-	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
+	for _, t := range s.snap.PendingOfJob(j.Namespace, j.Name) {
 		if s.pendingHere(t) {
 			pending = append(pending, t)
 		}
@@ -503,7 +503,7 @@ func (s *Scheduler) pendingHere(t *api.Task) bool {
 // jobCounts is jobTasks' counts without the pending list: for the callers
 // that only count, every cycle, over every admitted job.
 func (s *Scheduler) jobCounts(j *api.Job) (pending, bound, done int) {
-	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
+	for _, t := range s.snap.PendingOfJob(j.Namespace, j.Name) {
 		if s.pendingHere(t) {
 			pending++
 		}

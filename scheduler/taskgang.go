@@ -20,13 +20,7 @@ func (s *Scheduler) boundBySpec(j *api.Job) map[string]int {
 	if len(j.MinTaskMember) == 0 {
 		return nil
 	}
-	out := map[string]int{}
-	for _, t := range s.snap.TasksOfJob(j.Namespace, j.Name) {
-		if t.NodeName != "" && !t.Phase.Terminal() {
-			out[t.TaskSpec]++
-		}
-	}
-	return out
+	return s.snap.BoundBySpec(j.Namespace, j.Name)
 }
 
 // gangOrder returns tasks with, first, the ones each task spec still needs

@@ -74,6 +74,11 @@ type Run struct {
 	// is its growth from the end of warm-up.
 	ShardHeapMiB       float64 `json:"shardHeapMiB,omitempty"`
 	ShardHeapGrowthPct float64 `json:"shardHeapGrowthPct,omitempty"`
+	// ShardLiveHeapMiB is, per shard, the live Go heap that shard held at
+	// the end of the run: measured by stopping the shards one after
+	// another and reading the live heap after a full collection before and
+	// after each (simulated runs that ask for it).
+	ShardLiveHeapMiB []float64 `json:"shardLiveHeapMiB,omitempty"`
 
 	// Invariants counts violations seen while the run went on; any
 	// non-zero count fails the run. Keys: "quota_overruns",

@@ -336,12 +336,12 @@ func (c *Cluster) CacheTime(ca *cache.Cache) time.Duration {
 func (c *Cluster) Unsubscribe(ca *cache.Cache) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, x := range c.caches {
-		if x == ca {
-			c.caches = append(c.caches[:i], c.caches[i+1:]...)
-			return
-		}
-	}
+	// slices.Delete clears the slot left at the end: a copy of the last
+	// cache's pointer there kept that shard's whole cache alive.
+	c.caches = slices.DeleteFunc(c.caches, func(x *cache.Cache) bool { return x == ca })
+	c.cacheMu.Lock()
+	delete(c.cacheTime, ca)
+	c.cacheMu.Unlock()
 }
 
 const namespace = "bench"

@@ -74,6 +74,9 @@ type Config struct {
 	// <prefix>-warm.pb.gz after the warm-up's GC and to <prefix>-end.pb.gz
 	// after the end's, so `go tool pprof -base` shows what grew.
 	HeapProfile string
+	// ShardMemory, when set, measures each shard's live heap at the end
+	// of the run (Run.ShardLiveHeapMiB) by stopping the shards one by one.
+	ShardMemory bool
 	Progress    io.Writer
 	Logger      *slog.Logger
 }
@@ -382,6 +385,10 @@ func (s *sim) drive(ctx context.Context, rss0 float64) (report.Run, error) {
 	d.notes(e.st, e.mem)
 	if err := d.chaosFigures(ctx, e.sm); err != nil {
 		return d.run, err
+	}
+	if s.cfg.ShardMemory {
+		d.run.ShardLiveHeapMiB = s.shardLiveHeaps()
+		d.run.Notes = append(d.run.Notes, fmt.Sprintf("live heap of each shard at the end, MiB, in the order they were stopped (the heap's fall as each stopped): %.0f", d.run.ShardLiveHeapMiB))
 	}
 	return d.run, nil
 }

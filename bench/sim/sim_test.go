@@ -399,7 +399,9 @@ func TestBurstBindsEveryPodWithFourShards(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r, err := Run(ctx, Config{Workload: w, Tier: "10k", Shards: 4, Seed: 1})
+	// The run also measures each shard's heap at its end (ShardMemory),
+	// which takes no second run: see the end of this test.
+	r, err := Run(ctx, Config{Workload: w, Tier: "10k", Shards: 4, Seed: 1, ShardMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,5 +410,17 @@ func TestBurstBindsEveryPodWithFourShards(t *testing.T) {
 	}
 	if r.Failed() {
 		t.Errorf("invariants broken: %v", r.Invariants)
+	}
+	// Each shard's cache holds every one of the 2,000 pods, its nodes'
+	// books and its snapshots: the heap must fall by well over 256 KiB as
+	// each stops, or something still holds the stopped shard.
+	if len(r.ShardLiveHeapMiB) != 4 {
+		t.Fatalf("live heap of %d shards measured, want 4", len(r.ShardLiveHeapMiB))
+	}
+	t.Logf("live heap of each shard (MiB): %.2f", r.ShardLiveHeapMiB)
+	for i, m := range r.ShardLiveHeapMiB {
+		if m < 0.25 {
+			t.Errorf("shard %d: the live heap fell by %.2f MiB when it stopped", i, m)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -188,6 +189,9 @@ func run(ctx context.Context, o options) error {
 				if o.heapProfile != "" {
 					cfg.HeapProfile = fmt.Sprintf("%s-%s-%s-%d", o.heapProfile, sc, tier, n)
 				}
+				// The target of memory per shard is the 1M tier's: each
+				// shard's own heap is measured at the end of those runs.
+				cfg.ShardMemory = tier == "1M" && sc != "chaos"
 				if sc == "churn" || sc == "reclaim" {
 					cfg.Minutes = o.minutes
 				}
@@ -312,15 +316,7 @@ func simTargets(runs []report.Run) []report.Target {
 			out = append(out, t)
 		}
 		if r.Tier == "1M" && r.Shards == 8 {
-			per := r.PeakRSSMiB / float64(r.Shards)
-			t := report.Target{Name: "memory per shard, " + r.Name, Goal: "< 500 MiB", Value: fmt.Sprintf("%.0f MiB (peak process RSS / shards, cluster model and etcd included)", per), Met: per < 500}
-			if r.ShardHeapMiB > 0 {
-				t.Value += fmt.Sprintf("; Go heap allocated by the shards' code at the end: %.0f MiB a shard (heap profile)", r.ShardHeapMiB/float64(r.Shards))
-			}
-			if !t.Met {
-				t.Why = "every shard's cache keeps a record of every pod and job of the cluster, not only of its own nodes and queues; the process's RSS also holds the cluster model, the embedded etcd and the Go runtime's headroom"
-			}
-			out = append(out, t)
+			out = append(out, memoryTarget(r))
 		}
 		inv := "0"
 		if r.Failed() {
@@ -329,4 +325,34 @@ func simTargets(runs []report.Run) []report.Target {
 		out = append(out, report.Target{Name: "invariants, " + r.Name, Goal: "all 0", Value: inv, Met: !r.Failed()})
 	}
 	return out
+}
+
+// memoryTarget judges the memory of one shard at 1M cores. Where each
+// shard's live heap was measured (sim.Config.ShardMemory), a shard
+// process is charged twice the largest of them: with GOGC=100 the heap
+// grows to twice what is live before a collection. Otherwise only the
+// process's peak RSS divided by the shards is at hand.
+func memoryTarget(r report.Run) report.Target {
+	per := r.PeakRSSMiB / float64(r.Shards)
+	t := report.Target{Name: "memory per shard, " + r.Name, Goal: "< 500 MiB"}
+	if live := slices.Clone(r.ShardLiveHeapMiB); len(live) > 0 {
+		slices.Sort(live)
+		top := live[len(live)-1]
+		t.Met = 2*top < 500
+		t.Value = fmt.Sprintf("live heap of each shard at the end, measured by stopping one after another: %.0f / %.0f / %.0f MiB (min / median / max), so ≤ %.0f MiB a shard process at GOGC=100; peak process RSS / shards, cluster model and etcd included: %.0f MiB",
+			live[0], live[len(live)/2], top, 2*top, per)
+		if !t.Met {
+			t.Why = "every shard's cache keeps a record of every pod and job of the cluster (slim for placed pods), not only of its own nodes and queues"
+		}
+		return t
+	}
+	t.Met = per < 500
+	t.Value = fmt.Sprintf("%.0f MiB (peak process RSS / shards, cluster model and etcd included)", per)
+	if r.ShardHeapMiB > 0 {
+		t.Value += fmt.Sprintf("; Go heap allocated by the shards' code at the end: %.0f MiB a shard (heap profile)", r.ShardHeapMiB/float64(r.Shards))
+	}
+	if !t.Met {
+		t.Why = "the process's RSS holds the cluster model, the embedded etcd and the Go runtime's headroom besides the shards; run with the shards' own measurement (1M tier) to judge one shard"
+	}
+	return t
 }

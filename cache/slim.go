@@ -1,0 +1,177 @@
+package cache
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// Slim records. Nearly every task a shard's cache knows is placed or
+// finished (at 1M cores with 8 shards, 270,000 of 280,000 in each shard's
+// cache), and nearly all of those are on nodes of other shards: a cycle
+// never places them, and what the cache reads of them is their phase,
+// node, request and a few fields their job shares. A stored api.Task is
+// 288 bytes; the fields that tell one pod of a job from another (name, UID,
+// node, phase, creation time) are a third of that. So a task that is
+// neither pending nor assumed keeps only those fields, and shares the rest
+// with the other tasks of its job of the same shape (the same request,
+// task spec, priority, constraints: one shape per task spec, as a rule).
+// Nothing is lost: the full task is put together again, equal to the one
+// stored before, whenever a reader asks for it (Task, JobTasks, a
+// snapshot's TasksOfJob).
+
+// slimTask is what the cache keeps of a task that is placed or finished
+// and not assumed. Never mutated once stored: an event stores a new one.
+type slimTask struct {
+	shape    *shape
+	name     string
+	nodeName string
+	phase    api.TaskPhase
+	created  time.Time
+}
+
+// shape is an api.Task without the per-task fields (Name, UID, NodeName,
+// Phase, Created), shared by the slim records of the tasks equal to it in
+// every other field. t is never mutated once stored.
+type shape struct {
+	t    api.Task
+	refs int
+}
+
+// maxShapes bounds the shapes kept for one job: a job whose pods differ in
+// more ways than that keeps full records for the rest.
+const maxShapes = 8
+
+// slimmable reports whether the stored form of t, not assumed, would be
+// kept slim: it is placed or finished, not waiting to be placed.
+func slimmable(t *api.Task) bool {
+	return t.NodeName != "" || (t.Phase != api.TaskPending && t.Phase != "")
+}
+
+// slimOf returns the slim record of t (as received, not yet copied), or
+// nil when its job already has maxShapes shapes and none fits it.
+func (c *Cache) slimOf(t *api.Task) *slimTask {
+	key := objKey{t.Namespace, t.Job}
+	list := c.shapes[key]
+	var sh *shape
+	for _, s := range list {
+		if sameShape(&s.t, t) {
+			sh = s
+			break
+		}
+	}
+	if sh == nil {
+		if len(list) >= maxShapes {
+			return nil
+		}
+		st := c.storedTask(*t)
+		st.Name, st.UID, st.NodeName, st.Phase, st.Created = "", "", "", "", time.Time{}
+		sh = &shape{t: st}
+		c.shapes[key] = append(list, sh)
+	}
+	sh.refs++
+	return &slimTask{shape: sh, name: t.Name, nodeName: t.NodeName, phase: t.Phase, created: t.Created}
+}
+
+// dropSlim lets go of e's slim record, if it has one, and of its shape
+// once no record uses it.
+func (c *Cache) dropSlim(e *taskEntry) {
+	sl := e.slim
+	if sl == nil {
+		return
+	}
+	e.slim = nil
+	sh := sl.shape
+	sh.refs--
+	if sh.refs > 0 {
+		return
+	}
+	key := objKey{sh.t.Namespace, sh.t.Job}
+	list := slices.DeleteFunc(c.shapes[key], func(s *shape) bool { return s == sh })
+	if len(list) == 0 {
+		delete(c.shapes, key)
+		return
+	}
+	c.shapes[key] = list
+}
+
+// sameShape reports whether t (as received) is s in every field but the
+// per-task ones, as storedTask would store it: nil and empty maps and
+// slices differ, as copies keep them apart; a request's scalars are
+// compared by content, as storedTask shares equal ones.
+func sameShape(s, t *api.Task) bool {
+	return s.Namespace == t.Namespace && s.Job == t.Job && s.Implicit == t.Implicit &&
+		s.Queue == t.Queue && s.TaskSpec == t.TaskSpec &&
+		s.Request.MilliCPU == t.Request.MilliCPU && s.Request.Memory == t.Request.Memory &&
+		maps.Equal(s.Request.Scalars, t.Request.Scalars) &&
+		s.Priority == t.Priority && s.SchedulerName == t.SchedulerName && s.Protected == t.Protected &&
+		(s.NodeSelector == nil) == (t.NodeSelector == nil) && maps.Equal(s.NodeSelector, t.NodeSelector) &&
+		(s.Tolerations == nil) == (t.Tolerations == nil) && slices.Equal(s.Tolerations, t.Tolerations) &&
+		((s.Affinity == nil && t.Affinity == nil) || reflect.DeepEqual(s.Affinity, t.Affinity))
+}
+
+// task returns the task as readers see it (its maps and slices shared
+// with the cache: read-only).
+func (e *taskEntry) task() api.Task {
+	if e.slim == nil {
+		return *e.view
+	}
+	return e.slim.task(e.uid)
+}
+
+// task puts the full task together again.
+func (sl *slimTask) task(uid string) api.Task {
+	t := sl.shape.t
+	t.Name, t.UID, t.NodeName, t.Phase, t.Created = sl.name, uid, sl.nodeName, sl.phase, sl.created
+	return t
+}
+
+func (e *taskEntry) namespace() string {
+	if e.slim != nil {
+		return e.slim.shape.t.Namespace
+	}
+	return e.obj.Namespace
+}
+
+func (e *taskEntry) name() string {
+	if e.slim != nil {
+		return e.slim.name
+	}
+	return e.obj.Name
+}
+
+// phase and nodeName are the view's (an assumed task shows its node and
+// phase Bound).
+func (e *taskEntry) phase() api.TaskPhase {
+	if e.slim != nil {
+		return e.slim.phase
+	}
+	return e.view.Phase
+}
+
+func (e *taskEntry) nodeName() string {
+	if e.slim != nil {
+		return e.slim.nodeName
+	}
+	return e.view.NodeName
+}
+
+func (e *taskEntry) created() time.Time {
+	if e.slim != nil {
+		return e.slim.created
+	}
+	return e.view.Created
+}
+
+// shared returns the task's fields that its slim record shares with its
+// shape (Request, Priority, TaskSpec, Protected, ...); the per-task fields
+// of the result must not be read.
+func (e *taskEntry) shared() *api.Task {
+	if e.slim != nil {
+		return &e.slim.shape.t
+	}
+	return e.view
+}
