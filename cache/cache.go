@@ -45,9 +45,9 @@ type Cache struct {
 	head      *bookEntry            // books of owned nodes, most recently changed first
 	bookCount int                   // number of entries in the head list
 
-	tasks     map[string]*taskEntry            // every known task, by UID
-	taskNames nameIndex                        // namespace/name -> task
-	byNode    map[string]entrySet // placement node -> its tasks, known node or not
+	tasks     map[string]*taskEntry // every known task, by UID
+	taskNames nameIndex             // namespace/name -> task
+	byNode    map[string]entrySet   // placement node -> its tasks, known node or not
 
 	groups        map[objKey]*taskGroup // namespace/job -> its tasks
 	pendingGroups map[objKey]*taskGroup // the groups with at least one pending task
