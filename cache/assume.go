@@ -53,7 +53,7 @@ func (c *Cache) Assume(taskUID, node string) error {
 	}
 	be := ne.books
 	used := be.b.Used.Clone()
-	if !addInto(&used, e.req, +1) {
+	if !addInto(&used, e.request(), +1) {
 		return fmt.Errorf("assume %s/%s on %q: %w (request overflows)", e.namespace(), e.name(), node, ErrDoesNotFit)
 	}
 	if why := overflowReason(used, be.b.Node.Allocatable, be.b.Tasks+1); why != "" {

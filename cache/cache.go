@@ -117,21 +117,27 @@ type taskEntry struct {
 	// assumed, what cycles place; or slim (obj and view nil): placed or
 	// finished, not assumed (see slim.go). Read it through task() and the
 	// accessors, which work for both.
-	obj  *api.Task    // as last reported by an event (deep copy); replaced, never mutated
-	view *api.Task    // obj with an assumption applied; what readers see; never mutated
-	slim *slimTask    // replaced, never mutated
-	req  api.Resource // sanitized request; never mutated
+	obj  *api.Task // as last reported by an event (deep copy); replaced, never mutated
+	view *api.Task // obj with an assumption applied; what readers see; never mutated
+	slim *slimTask // replaced, never mutated
 
 	assumed string // node Assume booked it on, until confirmed or forgotten
 	node    string // placement: the node it holds resources on, "" if none
 	pending bool   // waiting to be placed
 	group   *taskGroup
 
-	// What the books currently hold for this task: bookedOn is "" unless
-	// the task is counted in the books of that (owned, known) node.
-	bookedOn  string
-	bookedReq api.Resource
-	bookedRel bool
+	// booked is what the books currently hold for this task: nil unless
+	// the task is counted in the books of that (owned, known) node. Most
+	// tasks a shard knows are on other shards' nodes: a pointer, not three
+	// fields, costs them 8 bytes instead of 48.
+	booked *booking
+}
+
+// booking is a task as counted in one node's books.
+type booking struct {
+	node string
+	req  api.Resource
+	rel  bool // counted in Releasing too
 }
 
 // taskGroup is the tasks that name one job (namespace/job name), the unit a

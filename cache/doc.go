@@ -12,6 +12,14 @@
 //     (Options.KeepsBooks). Tasks are tracked by UID whether or not their node is
 //     known or owned; they are booked only on owned, known nodes, and a task
 //     seen before its node is booked when the node arrives.
+//   - Slim records (slim.go) of the tasks that are placed or finished and
+//     not assumed, nearly all of them on other shards' nodes: their name,
+//     node, phase and creation time, the rest shared by the tasks of their
+//     job of the same shape. Readers get the full task back, equal to the
+//     one given (Task, JobTasks, a snapshot's TasksOfJob); what the cache
+//     counts (books, JobSummary, a snapshot's BoundBySpec) reads the
+//     record directly. At 1M cores with 8 shards this took a shard's
+//     heap per placed task from 603 to 314 bytes (BenchmarkHeapPerPlacedTask).
 //   - Detection of failure F2: a node whose used resources would exceed its
 //     allocatable in any dimension (allocatable shrank, a pod bound by
 //     nodeName or by another scheduler, more pods than its "pods" scalar) is

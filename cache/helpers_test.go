@@ -189,8 +189,8 @@ func verify(c *Cache) error {
 			owned = true
 		}
 		if owned {
-			if e.bookedOn != node || !e.bookedReq.Equal(sanitize(obj.Request)) || e.bookedRel != (view.Phase == api.TaskReleasing) {
-				fail("task %s: booked on %q (%v rel=%v), want %q", uid, e.bookedOn, e.bookedReq, e.bookedRel, node)
+			if b := e.booked; b == nil || b.node != node || !b.req.Equal(sanitize(obj.Request)) || b.rel != (view.Phase == api.TaskReleasing) {
+				fail("task %s: booked %+v, want on %q", uid, b, node)
 			}
 			w := wants[node]
 			if w == nil {
@@ -202,8 +202,8 @@ func verify(c *Cache) error {
 			if view.Phase == api.TaskReleasing {
 				sumSat(w.rel, obj.Request)
 			}
-		} else if e.bookedOn != "" {
-			fail("task %s: booked on %q, which has no books", uid, e.bookedOn)
+		} else if e.booked != nil {
+			fail("task %s: booked on %q, which has no books", uid, e.booked.node)
 		}
 	}
 	for key, list := range c.shapes {

@@ -125,7 +125,7 @@ func (c *Cache) createBooks(ne *nodeEntry) {
 	c.pushFront(be)
 	c.bookCount++
 	for e := range c.byNode[name] {
-		e.bookedOn, e.bookedReq, e.bookedRel = name, e.req, e.phase() == api.TaskReleasing
+		e.booked = &booking{node: name, req: e.request(), rel: e.phase() == api.TaskReleasing}
 	}
 	c.nodeChanged(be) // not exact yet: recomputes
 }
@@ -134,8 +134,8 @@ func (c *Cache) createBooks(ne *nodeEntry) {
 func (c *Cache) dropBooks(ne *nodeEntry) {
 	name := ne.node.Name
 	for e := range c.byNode[name] {
-		if e.bookedOn == name {
-			e.bookedOn, e.bookedReq, e.bookedRel = "", api.Resource{}, false
+		if e.booked != nil && e.booked.node == name {
+			e.booked = nil
 		}
 	}
 	delete(c.outOfSync, name)
@@ -180,14 +180,15 @@ func (c *Cache) recompute(be *bookEntry) {
 	used, rel := api.Resource{}, api.Resource{}
 	exact, n := true, 0
 	for e := range c.byNode[name] {
-		if e.bookedOn != name {
+		b := e.booked
+		if b == nil || b.node != name {
 			continue
 		}
 		n++
-		if !addInto(&used, e.bookedReq, +1) {
+		if !addInto(&used, b.req, +1) {
 			exact = false
 		}
-		if e.bookedRel && !addInto(&rel, e.bookedReq, +1) {
+		if b.rel && !addInto(&rel, b.req, +1) {
 			exact = false
 		}
 	}

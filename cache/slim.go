@@ -38,6 +38,7 @@ type slimTask struct {
 // every other field. t is never mutated once stored.
 type shape struct {
 	t    api.Task
+	req  api.Resource // sanitize(t.Request)
 	refs int
 }
 
@@ -69,7 +70,7 @@ func (c *Cache) slimOf(t *api.Task) *slimTask {
 		}
 		st := c.storedTask(*t)
 		st.Name, st.UID, st.NodeName, st.Phase, st.Created = "", "", "", "", time.Time{}
-		sh = &shape{t: st}
+		sh = &shape{t: st, req: sanitize(st.Request)}
 		c.shapes[key] = append(list, sh)
 	}
 	sh.refs++
@@ -111,6 +112,14 @@ func sameShape(s, t *api.Task) bool {
 		(s.NodeSelector == nil) == (t.NodeSelector == nil) && maps.Equal(s.NodeSelector, t.NodeSelector) &&
 		(s.Tolerations == nil) == (t.Tolerations == nil) && slices.Equal(s.Tolerations, t.Tolerations) &&
 		((s.Affinity == nil && t.Affinity == nil) || reflect.DeepEqual(s.Affinity, t.Affinity))
+}
+
+// request is the task's sanitized request (sanitize), as booked.
+func (e *taskEntry) request() api.Resource {
+	if e.slim != nil {
+		return e.slim.shape.req
+	}
+	return sanitize(e.obj.Request)
 }
 
 // task returns the task as readers see it (its maps and slices shared

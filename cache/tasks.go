@@ -47,11 +47,9 @@ func (c *Cache) setTaskLocked(t api.Task) {
 	c.dropSlim(e)
 	if sl != nil {
 		e.obj, e.view, e.slim = nil, nil, sl
-		e.req = sanitize(sl.shape.t.Request)
 	} else {
 		obj := c.storedTask(t)
 		e.obj = &obj
-		e.req = sanitize(obj.Request)
 	}
 	c.taskNames.put(e)
 	c.placeLocked(e)
@@ -70,8 +68,8 @@ func (c *Cache) removeTaskLocked(uid string) {
 	if e == nil {
 		return
 	}
-	if e.bookedOn != "" {
-		be := c.nodes[e.bookedOn].books
+	if e.booked != nil {
+		be := c.nodes[e.booked.node].books
 		c.unbook(be, e)
 		c.nodeChanged(be)
 	}
@@ -137,20 +135,20 @@ func (c *Cache) rebook(e *taskEntry) {
 			target = ne.books
 		}
 	}
-	rel := e.phase() == api.TaskReleasing
-	if target != nil && e.bookedOn == e.node && e.bookedRel == rel && e.bookedReq.Equal(e.req) {
+	rel, req := e.phase() == api.TaskReleasing, e.request()
+	if b := e.booked; target != nil && b != nil && b.node == e.node && b.rel == rel && b.req.Equal(req) {
 		return
 	}
-	if target == nil && e.bookedOn == "" {
+	if target == nil && e.booked == nil {
 		return
 	}
 	var old *bookEntry
-	if e.bookedOn != "" {
-		old = c.nodes[e.bookedOn].books
+	if e.booked != nil {
+		old = c.nodes[e.booked.node].books
 		c.unbook(old, e)
 	}
 	if target != nil {
-		c.book(target, e, rel)
+		c.book(target, e, req, rel)
 		c.nodeChanged(target)
 	}
 	if old != nil && old != target {
@@ -158,28 +156,28 @@ func (c *Cache) rebook(e *taskEntry) {
 	}
 }
 
-func (c *Cache) book(be *bookEntry, e *taskEntry, rel bool) {
-	if !addInto(&be.b.Used, e.req, +1) {
+func (c *Cache) book(be *bookEntry, e *taskEntry, req api.Resource, rel bool) {
+	if !addInto(&be.b.Used, req, +1) {
 		be.exact = false
 	}
-	if rel && !addInto(&be.b.Releasing, e.req, +1) {
+	if rel && !addInto(&be.b.Releasing, req, +1) {
 		be.exact = false
 	}
 	be.b.Tasks++
-	e.bookedOn, e.bookedReq, e.bookedRel = be.b.Node.Name, e.req, rel
+	e.booked = &booking{node: be.b.Node.Name, req: req, rel: rel}
 }
 
 func (c *Cache) unbook(be *bookEntry, e *taskEntry) {
-	if be.exact {
-		if !addInto(&be.b.Used, e.bookedReq, -1) {
+	if b := e.booked; be.exact {
+		if !addInto(&be.b.Used, b.req, -1) {
 			be.exact = false
 		}
-		if e.bookedRel && !addInto(&be.b.Releasing, e.bookedReq, -1) {
+		if b.rel && !addInto(&be.b.Releasing, b.req, -1) {
 			be.exact = false
 		}
 	}
 	be.b.Tasks--
-	e.bookedOn, e.bookedReq, e.bookedRel = "", api.Resource{}, false
+	e.booked = nil
 }
 
 func (c *Cache) leaveGroup(e *taskEntry) {
