@@ -78,6 +78,10 @@ type sentOffer struct {
 	to      string
 	at      time.Time
 	claimed bool
+	// need is the gang's summed request as offered (zero for a record this
+	// process did not write): until the offer is claimed, the owner counts
+	// it against the target's gossiped room (promised).
+	need api.Resource
 }
 
 func newHandoff() handoff {
@@ -225,6 +229,10 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 	}
 	fits, free := capacityFits, func(c wire.Capacity) int64 { return c.FreeMilliCPU }
 	refusedFor := s.cfg.RefusedFor
+	var promised map[string]api.Resource
+	if !toHold {
+		promised = s.promised()
+	}
 	if toHold {
 		fits, refusedFor = allocFits, s.cfg.holdRefusedFor()
 		if sum.Get(gpuResource) > 0 {
@@ -234,9 +242,9 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 	me := s.deps.Peers.Name()
 	now := s.cfg.Now()
 	var best *wire.Meta
-	members := s.deps.Peers.Members()
-	for i := range members {
-		m := &members[i]
+	for _, m := range s.deps.Peers.Members() {
+		// m is a copy: the room promised is taken off this choice only.
+		m.Capacity = withoutPromised(m.Capacity, promised[m.ID])
 		if m.ID == me || !fits(m.Capacity, sum, largest) {
 			continue
 		}
@@ -245,7 +253,7 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 		}
 		if best == nil || free(m.Capacity) > free(best.Capacity) ||
 			(free(m.Capacity) == free(best.Capacity) && m.ID < best.ID) {
-			best = m
+			best = &m
 		}
 	}
 	if best == nil {
@@ -262,7 +270,7 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 			s.stats.holdOffers.Add(1)
 			msg = "starving gang offered to a shard that can hold nodes for it"
 		}
-		s.ho.offers[j.UID] = sentOffer{to: best.ID, at: now}
+		s.ho.offers[j.UID] = sentOffer{to: best.ID, at: now, need: sum}
 		s.log.Info(msg, "job", j.Key(), "to", best.ID, "gang", len(gang), "gang cpu", sum.MilliCPU, "gang gpu", sum.Get(gpuResource),
 			"their free cpu", best.Capacity.FreeMilliCPU, "their free gpu", best.Capacity.FreeGPU)
 		return true
@@ -379,6 +387,38 @@ func (s *Scheduler) takeOffers(ctx context.Context) []wire.Claim {
 		s.log.Info("claimed a job offered by its queue owner", "job", j.Key(), "from", c.From, "holding nodes for it", held)
 	}
 	return claims
+}
+
+// promised sums, by target shard, the gangs this shard has offered that
+// are not claimed yet. A target's gossiped room does not show them until
+// it places them, so without this an owner offered every job of a burst to
+// the one shard with the most room, which could take only a few: measured,
+// 116 of 520 offers refused in a 100k burst with 8 shards, 3,238 pods/s.
+func (s *Scheduler) promised() map[string]api.Resource {
+	out := map[string]api.Resource{}
+	for _, o := range s.ho.offers {
+		if o.claimed {
+			continue
+		}
+		r := out[o.to]
+		r.MilliCPU += o.need.MilliCPU
+		r.Memory += o.need.Memory
+		if g := o.need.Get(gpuResource); g > 0 {
+			r = r.With(gpuResource, r.Get(gpuResource)+g)
+		}
+		out[o.to] = r
+	}
+	return out
+}
+
+// withoutPromised is c less what was offered to its shard and not yet
+// claimed (promised): the free room only; no node's largest free room is
+// known to shrink.
+func withoutPromised(c wire.Capacity, r api.Resource) wire.Capacity {
+	c.FreeMilliCPU -= r.MilliCPU
+	c.FreeMemory -= r.Memory
+	c.FreeGPU -= r.Get(gpuResource)
+	return c
 }
 
 // offeredToHold reports whether an offer looks like one of offerToHold's:

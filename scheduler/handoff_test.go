@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -607,6 +608,32 @@ func TestOfferGoesToShardWithRoom(t *testing.T) {
 	}
 	if b := r.binder.Binds(); len(b) != 0 {
 		t.Fatalf("the owner bound %v onto a node with no room", b)
+	}
+}
+
+// Gangs offered and not yet claimed count against the target's gossiped
+// room: the owner does not offer a shard more than the room it gossips,
+// which a burst of jobs all offered to the one shard with the most free
+// CPU did (most were refused).
+func TestOffersCountAgainstTheRoomPromised(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("small", 2)
+	r.peers.members = []wire.Meta{
+		{ID: "shard-b", Capacity: capacity(10, 8)},
+		{ID: "shard-c", Capacity: capacity(12, 8)},
+		{ID: "shard-o", Capacity: capacity(1000, 1000)},
+	}
+	r.gang("job-1", 3, 3)
+	r.gang("job-2", 3, 3)
+	r.cycles(t, 2)
+	got := r.claims.Offered()
+	slices.Sort(got)
+	if want := []string{"job-1→shard-c", "job-2→shard-b"}; !slices.Equal(got, want) && !slices.Equal(got, []string{"job-1→shard-b", "job-2→shard-c"}) {
+		t.Fatalf("offers %v, want one gang to each shard (9 CPU each; shard-c has 12 free, shard-b 10)", got)
+	}
+	// Neither is claimed yet: both count against their target.
+	if p := r.s.promised(); p["shard-b"].MilliCPU != 9000 || p["shard-c"].MilliCPU != 9000 {
+		t.Fatalf("promised %v, want 9 CPU to each", p)
 	}
 }
 
