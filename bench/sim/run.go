@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -157,6 +158,11 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	if err := s.waitOwners(ctx, time.Minute); err != nil {
 		return report.Run{}, err
 	}
+	// Every key held is not yet every key where it belongs: the shards
+	// that started first hold what the later ones will take over, and a
+	// run whose clock started before that hand-over measured it (a burst
+	// with 8 shards bound its last pods 3 s late in one run of three).
+	s.waitSettled(ctx, time.Minute)
 	// A partition's nodes are placed on once it has been held for the
 	// hand-over quiet period (wall clock): the virtual clock starts after.
 	select {
@@ -306,6 +312,56 @@ func (s *sim) ownersComplete() bool {
 		}
 	}
 	return len(held) >= s.keyCount()
+}
+
+// ownersSettled reports whether every key is held by the shard the ring
+// of the live shards assigns it to, as every live shard sees that ring.
+func (s *sim) ownersSettled() bool {
+	live := s.live()
+	names := make([]string, 0, len(live))
+	holder := map[string]string{}
+	for _, p := range live {
+		names = append(names, p.name)
+		for _, k := range p.Shard.Owned() {
+			holder[k] = p.name
+		}
+	}
+	ring := shard.NewRing(names)
+	for _, p := range live {
+		if r := p.Shard.Ring(); !slices.Equal(r.Members(), ring.Members()) {
+			return false
+		}
+	}
+	keys := make([]string, 0, s.keyCount())
+	for i := range s.cfg.Partitions {
+		keys = append(keys, wire.PartitionKey(i))
+	}
+	for _, q := range s.tree.Names() {
+		keys = append(keys, wire.QueueKey(q))
+	}
+	for _, k := range keys {
+		if owner, ok := ring.Owner(k); !ok || holder[k] != owner {
+			return false
+		}
+	}
+	return true
+}
+
+// waitSettled waits, up to limit, until ownersSettled; past the limit the
+// run goes on and says so on its progress stream.
+func (s *sim) waitSettled(ctx context.Context, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for !s.ownersSettled() {
+		if time.Now().After(deadline) {
+			fmt.Fprintf(s.cfg.Progress, "sim: keys still moving between shards after %s; the run starts anyway\n", limit)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (s *sim) waitOwners(ctx context.Context, limit time.Duration) error {
