@@ -101,6 +101,12 @@ func TestCacheWithCollidingNames(t *testing.T) {
 		default: // a task added or updated, maybe under another UID's name
 			tk := api.Task{Namespace: "ns", Name: name, UID: uid, Job: "j", Phase: api.TaskPending,
 				Request: api.NewResource(1000, 1<<20, map[string]int64{api.Pods: 1})}
+			switch rng.IntN(3) { // kept slim when placed or finished
+			case 1:
+				tk.NodeName, tk.Phase = "n1", api.TaskRunning
+			case 2:
+				tk.Phase = api.TaskSucceeded
+			}
 			c.AddOrUpdateTask(tk)
 		}
 		if err := verify(c); err != nil {

@@ -14,14 +14,15 @@ import (
 // Cache, so the cycle reads it without any lock while events keep arriving:
 // the books are its own copies, and the tasks and jobs are the cache's
 // stored ones, which the cache never mutates (an event or an assumption
-// replaces them).
+// replaces them): full records of pending and assumed tasks, slim ones of
+// the others, which TasksOfJob puts together for this snapshot alone.
 //
 // A Snapshot belongs to one cycle (one goroutine) and is not safe for
 // concurrent use. Its zero value is ready for Cache.UpdateSnapshot, which
 // refreshes it in place. Everything it returns is read-only: the books
-// are kept from one refresh to the next while unchanged, and the tasks and
-// jobs (their maps included) are shared with the cache and with every other
-// snapshot of it.
+// are kept from one refresh to the next while unchanged, and the pending
+// tasks and the jobs (their maps included) are shared with the cache and
+// with every other snapshot of it.
 type Snapshot struct {
 	owner      *Cache // the cache it was last refreshed from
 	generation int64  // the cache's generation at the last refresh

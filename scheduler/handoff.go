@@ -270,7 +270,13 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 			s.stats.holdOffers.Add(1)
 			msg = "starving gang offered to a shard that can hold nodes for it"
 		}
-		s.ho.offers[j.UID] = sentOffer{to: best.ID, at: now, need: sum}
+		o := sentOffer{to: best.ID, at: now}
+		if !toHold {
+			// A gang offered to hold nodes for does not fit the target's
+			// free room by definition: it takes none of it now.
+			o.need = sum
+		}
+		s.ho.offers[j.UID] = o
 		s.log.Info(msg, "job", j.Key(), "to", best.ID, "gang", len(gang), "gang cpu", sum.MilliCPU, "gang gpu", sum.Get(gpuResource),
 			"their free cpu", best.Capacity.FreeMilliCPU, "their free gpu", best.Capacity.FreeGPU)
 		return true
@@ -396,8 +402,12 @@ func (s *Scheduler) takeOffers(ctx context.Context) []wire.Claim {
 // 116 of 520 offers refused in a 100k burst with 8 shards, 3,238 pods/s.
 func (s *Scheduler) promised() map[string]api.Resource {
 	out := map[string]api.Resource{}
+	now := s.cfg.Now()
 	for _, o := range s.ho.offers {
-		if o.claimed {
+		// An offer unclaimed after OfferTimeout is withdrawn; one this
+		// shard stopped following (its job gone, or no longer admitted
+		// here) waits for a prune: neither holds room any longer.
+		if o.claimed || now.Sub(o.at) >= s.cfg.OfferTimeout {
 			continue
 		}
 		r := out[o.to]

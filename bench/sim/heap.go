@@ -100,9 +100,19 @@ func (s *sim) shardLiveHeaps() []float64 {
 	var stopped []*shardProc
 	for _, p := range s.procs {
 		if !p.dead {
-			s.stopShard(p)
+			// Every shard's loops end before any is waited for, so none
+			// takes over what another held while it is being stopped.
+			p.dead = true
+			s.cl.Unsubscribe(p.Cache)
+			p.cancel()
 			stopped = append(stopped, p)
 		}
+	}
+	s.setHolders()
+	for _, p := range stopped {
+		p.Wait()
+		p.Close()
+		_ = p.cli.Close()
 	}
 	var out []float64
 	before := liveHeapMiB()
@@ -113,18 +123,6 @@ func (s *sim) shardLiveHeaps() []float64 {
 		before = after
 	}
 	return out
-}
-
-// stopShard stops a shard for good: every goroutine of it has returned
-// when it does.
-func (s *sim) stopShard(p *shardProc) {
-	p.dead = true
-	s.setHolders()
-	s.cl.Unsubscribe(p.Cache)
-	p.cancel()
-	p.Wait()
-	p.Close()
-	_ = p.cli.Close()
 }
 
 // liveHeapMiB is the live heap after a full collection.

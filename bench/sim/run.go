@@ -323,6 +323,9 @@ func (s *sim) ownersSettled() bool {
 	for _, p := range live {
 		names = append(names, p.name)
 		for _, k := range p.Shard.Owned() {
+			if _, twice := holder[k]; twice {
+				return false // mid hand-over
+			}
 			holder[k] = p.name
 		}
 	}

@@ -339,7 +339,7 @@ func memoryTarget(r report.Run) report.Target {
 		slices.Sort(live)
 		top := live[len(live)-1]
 		t.Met = 2*top < 500
-		t.Value = fmt.Sprintf("live heap of each shard at the end, measured by stopping one after another: %.0f / %.0f / %.0f MiB (min / median / max), so ≤ %.0f MiB a shard process at GOGC=100; peak process RSS / shards, cluster model and etcd included: %.0f MiB",
+		t.Value = fmt.Sprintf("live heap of each shard at the end, measured by stopping one after another: %.0f / %.0f / %.0f MiB (min / median / max), so ≤ %.0f MiB a shard process at GOGC=100 (pods' names and UIDs, which the cluster model allocates and every shard shares here, not counted: a shard decoding its own pods holds them too); peak process RSS / shards, cluster model and etcd included: %.0f MiB",
 			live[0], live[len(live)/2], top, 2*top, per)
 		if !t.Met {
 			t.Why = "every shard's cache keeps a record of every pod and job of the cluster (slim for placed pods), not only of its own nodes and queues"
