@@ -112,14 +112,12 @@ type bookEntry struct {
 
 // taskEntry is one known task.
 type taskEntry struct {
-	uid string
-	// A task is kept either in full (obj and view; slim nil): pending or
-	// assumed, what cycles place; or slim (obj and view nil): placed or
-	// finished, not assumed (see slim.go). Read it through task() and the
-	// accessors, which work for both.
-	obj  *api.Task // as last reported by an event (deep copy); replaced, never mutated
-	view *api.Task // obj with an assumption applied; what readers see; never mutated
-	slim *slimTask // replaced, never mutated
+	// record is the task as readers see it: in full (full is obj with an
+	// assumption applied; slim nil) while it is pending or assumed, what
+	// cycles place; slim (obj and full nil) once placed or finished and
+	// not assumed (see slim.go).
+	record
+	obj *api.Task // as last reported by an event (deep copy); replaced, never mutated
 
 	assumed string // node Assume booked it on, until confirmed or forgotten
 	node    string // placement: the node it holds resources on, "" if none

@@ -140,11 +140,11 @@ func verify(c *Cache) error {
 	pending := 0
 	shapeRefs := map[*shape]int{}
 	for uid, e := range c.tasks {
-		if (e.slim == nil) == (e.obj == nil) || (e.obj == nil) != (e.view == nil) {
+		if (e.slim == nil) == (e.obj == nil) || (e.obj == nil) != (e.full == nil) {
 			fail("task %s: kept both in full and slim, or neither", uid)
 			continue
 		}
-		view := e.task()
+		view := e.value()
 		obj := view
 		if e.obj != nil {
 			obj = *e.obj

@@ -23,7 +23,8 @@ func TestNameIndexCollisions(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		entry := func() *taskEntry {
 			key := objKey{fmt.Sprintf("ns%d", rng.IntN(2)), fmt.Sprintf("t%d", rng.IntN(40))}
-			return &taskEntry{obj: &api.Task{Namespace: key.namespace, Name: key.name}}
+			t := &api.Task{Namespace: key.namespace, Name: key.name}
+			return &taskEntry{obj: t, record: record{full: t}}
 		}
 		var live []*taskEntry
 		for step := 0; step < 5000; step++ {
@@ -51,7 +52,7 @@ func TestNameIndexCollisions(t *testing.T) {
 				}
 				x.remove(e)
 				delete(want, objKey{e.obj.Namespace, e.obj.Name})
-				e.obj = n.obj
+				e.obj, e.full = n.obj, n.full
 				x.put(e)
 				want[nk] = e
 			default: // a task removed

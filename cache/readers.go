@@ -18,7 +18,7 @@ func (c *Cache) Task(uid string) (api.Task, bool) {
 	if e == nil {
 		return api.Task{}, false
 	}
-	return cloneTask(e.task()), true
+	return cloneTask(e.value()), true
 }
 
 // Job returns a copy of the job with this UID.

@@ -114,21 +114,86 @@ func sameShape(s, t *api.Task) bool {
 		((s.Affinity == nil && t.Affinity == nil) || reflect.DeepEqual(s.Affinity, t.Affinity))
 }
 
-// request is the task's sanitized request (sanitize), as booked.
-func (e *taskEntry) request() api.Resource {
-	if e.slim != nil {
-		return e.slim.shape.req
-	}
-	return sanitize(e.obj.Request)
+// record is a task as readers see it: in full (a pending task's stored
+// copy, or an assumed task's view with its node and phase Bound) or slim.
+// A taskEntry holds one (exactly one of full and slim set once stored),
+// and a snapshot's groups copy it: neither is mutated once stored, so the
+// copies are read without the cache's lock.
+type record struct {
+	uid  string
+	full *api.Task
+	slim *slimTask
 }
 
-// task returns the task as readers see it (its maps and slices shared
-// with the cache: read-only).
-func (e *taskEntry) task() api.Task {
-	if e.slim == nil {
-		return *e.view
+func (r record) namespace() string {
+	if r.slim != nil {
+		return r.slim.shape.t.Namespace
 	}
-	return e.slim.task(e.uid)
+	return r.full.Namespace
+}
+
+func (r record) name() string {
+	if r.slim != nil {
+		return r.slim.name
+	}
+	return r.full.Name
+}
+
+func (r record) phase() api.TaskPhase {
+	if r.slim != nil {
+		return r.slim.phase
+	}
+	return r.full.Phase
+}
+
+func (r record) nodeName() string {
+	if r.slim != nil {
+		return r.slim.nodeName
+	}
+	return r.full.NodeName
+}
+
+func (r record) created() time.Time {
+	if r.slim != nil {
+		return r.slim.created
+	}
+	return r.full.Created
+}
+
+// shared returns the task's fields that its slim record shares with its
+// shape (Request, Priority, TaskSpec, Protected, ...); the per-task fields
+// of the result must not be read.
+func (r record) shared() *api.Task {
+	if r.slim != nil {
+		return &r.slim.shape.t
+	}
+	return r.full
+}
+
+// request is the task's sanitized request (sanitize), as booked.
+func (r record) request() api.Resource {
+	if r.slim != nil {
+		return r.slim.shape.req
+	}
+	return sanitize(r.full.Request)
+}
+
+// value returns the task (its maps and slices shared with the cache:
+// read-only).
+func (r record) value() api.Task {
+	if r.slim == nil {
+		return *r.full
+	}
+	return r.slim.task(r.uid)
+}
+
+// task returns the task, put together again if it is slim (read-only).
+func (r record) task() *api.Task {
+	if r.slim == nil {
+		return r.full
+	}
+	t := r.slim.task(r.uid)
+	return &t
 }
 
 // task puts the full task together again.
@@ -136,51 +201,4 @@ func (sl *slimTask) task(uid string) api.Task {
 	t := sl.shape.t
 	t.Name, t.UID, t.NodeName, t.Phase, t.Created = sl.name, uid, sl.nodeName, sl.phase, sl.created
 	return t
-}
-
-func (e *taskEntry) namespace() string {
-	if e.slim != nil {
-		return e.slim.shape.t.Namespace
-	}
-	return e.obj.Namespace
-}
-
-func (e *taskEntry) name() string {
-	if e.slim != nil {
-		return e.slim.name
-	}
-	return e.obj.Name
-}
-
-// phase and nodeName are the view's (an assumed task shows its node and
-// phase Bound).
-func (e *taskEntry) phase() api.TaskPhase {
-	if e.slim != nil {
-		return e.slim.phase
-	}
-	return e.view.Phase
-}
-
-func (e *taskEntry) nodeName() string {
-	if e.slim != nil {
-		return e.slim.nodeName
-	}
-	return e.view.NodeName
-}
-
-func (e *taskEntry) created() time.Time {
-	if e.slim != nil {
-		return e.slim.created
-	}
-	return e.view.Created
-}
-
-// shared returns the task's fields that its slim record shares with its
-// shape (Request, Priority, TaskSpec, Protected, ...); the per-task fields
-// of the result must not be read.
-func (e *taskEntry) shared() *api.Task {
-	if e.slim != nil {
-		return &e.slim.shape.t
-	}
-	return e.view
 }

@@ -44,7 +44,7 @@ func TestPlacedTasksAreKeptSlim(t *testing.T) {
 	mustVerify(t, c)
 	for _, tk := range given {
 		e := c.tasks[tk.UID]
-		if e.slim == nil || e.obj != nil || e.view != nil {
+		if e.slim == nil || e.obj != nil || e.full != nil {
 			t.Errorf("%s (%s on %q) is kept in full", tk.Name, tk.Phase, tk.NodeName)
 		}
 		got, ok := c.Task(tk.UID)
@@ -63,7 +63,7 @@ func TestPlacedTasksAreKeptSlim(t *testing.T) {
 	if sum.Bound != 2 || sum.Done != 1 || sum.Failed != 1 || sum.Allocated.MilliCPU != 1000 || sum.Allocated.Scalars["nvidia.com/gpu"] != 4 || sum.Priority != 7 {
 		t.Fatalf("summary %+v", sum)
 	}
-	if b, _ := c.books("n1"); b.Used.MilliCPU != 500 || b.Tasks != 1 {
+	if b := booksOf(t, c, "n1"); b.Used.MilliCPU != 500 || b.Tasks != 1 {
 		t.Fatalf("books of n1: %+v", b)
 	}
 
@@ -91,17 +91,6 @@ func TestPlacedTasksAreKeptSlim(t *testing.T) {
 	if len(c.shapes) != 0 {
 		t.Fatalf("shapes kept after their tasks went: %v", c.shapes)
 	}
-}
-
-// books returns a node's books as a snapshot sees them.
-func (c *Cache) books(node string) (api.NodeBooks, bool) {
-	var s Snapshot
-	c.UpdateSnapshot(&s)
-	b, ok := s.Node(node)
-	if !ok {
-		return api.NodeBooks{}, false
-	}
-	return *b, true
 }
 
 // A job whose tasks come in more shapes than maxShapes keeps the rest in

@@ -45,62 +45,9 @@ type Snapshot struct {
 
 type snapGroup struct {
 	gen     int64
-	members []member    // sorted by namespace, name, UID
+	members []record    // sorted by namespace, name, UID
 	pending []*api.Task // the pending members
 	tasks   []*api.Task // every member, put together on the first TasksOfJob; nil until then
-}
-
-// member is one member task of a snapshot's group, as the cache kept it:
-// in full (an assumed task with its node and phase Bound) or slim. Both
-// are shared with the cache, which never mutates them.
-type member struct {
-	uid  string
-	full *api.Task
-	slim *slimTask
-}
-
-func (m member) name() string {
-	if m.slim != nil {
-		return m.slim.name
-	}
-	return m.full.Name
-}
-
-func (m member) namespace() string {
-	if m.slim != nil {
-		return m.slim.shape.t.Namespace
-	}
-	return m.full.Namespace
-}
-
-func (m member) phase() api.TaskPhase {
-	if m.slim != nil {
-		return m.slim.phase
-	}
-	return m.full.Phase
-}
-
-func (m member) nodeName() string {
-	if m.slim != nil {
-		return m.slim.nodeName
-	}
-	return m.full.NodeName
-}
-
-// shared is as taskEntry.shared: only the fields a slim record shares.
-func (m member) shared() *api.Task {
-	if m.slim != nil {
-		return &m.slim.shape.t
-	}
-	return m.full
-}
-
-func (m member) task() *api.Task {
-	if m.slim == nil {
-		return m.full
-	}
-	t := m.slim.task(m.uid)
-	return &t
 }
 
 // UpdateSnapshot refreshes s to the cache's current state, incrementally:
@@ -240,21 +187,21 @@ func mergeTasks(out, a, b []*api.Task) []*api.Task {
 }
 
 // groupView lists the member tasks of a group (a predecessor's tasks are
-// left out: see taskGroup.member). The tasks are the cache's own views,
+// left out: see taskGroup.member). The records are the cache's own,
 // shared, not copied: a view is never mutated once stored (an event or an
 // assumption replaces it), so the snapshot's stays as it was.
 func groupView(g *taskGroup) *snapGroup {
-	ng := &snapGroup{gen: g.gen, members: make([]member, 0, len(g.tasks))}
+	ng := &snapGroup{gen: g.gen, members: make([]record, 0, len(g.tasks))}
 	for e := range g.tasks {
 		if !g.member(e) {
 			continue
 		}
-		ng.members = append(ng.members, member{uid: e.uid, full: e.view, slim: e.slim})
+		ng.members = append(ng.members, e.record)
 		if e.pending {
-			ng.pending = append(ng.pending, e.view)
+			ng.pending = append(ng.pending, e.full)
 		}
 	}
-	slices.SortFunc(ng.members, func(a, b member) int {
+	slices.SortFunc(ng.members, func(a, b record) int {
 		return cmp.Or(cmp.Compare(a.namespace(), b.namespace()), cmp.Compare(a.name(), b.name()), cmp.Compare(a.uid, b.uid))
 	})
 	return ng

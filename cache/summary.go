@@ -115,7 +115,7 @@ func (c *Cache) JobTasks(namespace, job string) []api.Task {
 	out := make([]api.Task, 0, len(g.tasks))
 	for e := range g.tasks {
 		if g.member(e) {
-			out = append(out, e.task())
+			out = append(out, e.value())
 		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })

@@ -30,7 +30,7 @@ func (c *Cache) setTaskLocked(t api.Task) {
 	}
 	e := c.tasks[t.UID]
 	if e == nil {
-		e = &taskEntry{uid: t.UID}
+		e = &taskEntry{record: record{uid: t.UID}}
 		c.tasks[t.UID] = e
 	} else if !named(e, t.Namespace, t.Name) {
 		c.taskNames.remove(e) // under its old name
@@ -46,10 +46,10 @@ func (c *Cache) setTaskLocked(t api.Task) {
 	}
 	c.dropSlim(e)
 	if sl != nil {
-		e.obj, e.view, e.slim = nil, nil, sl
+		e.obj, e.full, e.slim = nil, nil, sl
 	} else {
 		obj := c.storedTask(t)
-		e.obj = &obj
+		e.obj, e.full = &obj, &obj // placeLocked applies any assumption
 	}
 	c.taskNames.put(e)
 	c.placeLocked(e)
@@ -90,7 +90,7 @@ func (c *Cache) placeLocked(e *taskEntry) {
 			v.NodeName, v.Phase = e.assumed, api.TaskBound
 			view = &v
 		}
-		e.view = view
+		e.full = view
 	}
 	phase, node := e.phase(), ""
 	if !phase.Terminal() {

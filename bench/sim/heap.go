@@ -97,23 +97,7 @@ func innermost(s *profile.Sample, code, other *regexp.Regexp) bool {
 // the model) stay live and are not counted; a shard process decoding its
 // own pods would hold them too.
 func (s *sim) shardLiveHeaps() []float64 {
-	var stopped []*shardProc
-	for _, p := range s.procs {
-		if !p.dead {
-			// Every shard's loops end before any is waited for, so none
-			// takes over what another held while it is being stopped.
-			p.dead = true
-			s.cl.Unsubscribe(p.Cache)
-			p.cancel()
-			stopped = append(stopped, p)
-		}
-	}
-	s.setHolders()
-	for _, p := range stopped {
-		p.Wait()
-		p.Close()
-		_ = p.cli.Close()
-	}
+	stopped := s.stopAll()
 	var out []float64
 	before := liveHeapMiB()
 	for _, p := range stopped {

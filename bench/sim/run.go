@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 
 	s := &sim{cfg: cfg, w: w, tier: tier, tree: tree, specs: specs, cl: cl, etcd: etcd, leaves: w.Leaves()}
 	s.holders.Store(&[]*shard.Shard{})
-	defer s.stopAll()
+	defer func() { s.stopAll() }()
 	fmt.Fprintf(cfg.Progress, "sim %s/%s: %d nodes, %d shards: starting shards...\n", w.Name, cfg.Tier, tier.Nodes, cfg.Shards)
 	for i := 0; i < cfg.Shards; i++ {
 		if err := s.startShard(ctx, fmt.Sprintf("shard-%d", i)); err != nil {
@@ -280,17 +280,26 @@ func (s *sim) kill(p *shardProc) {
 	}
 }
 
-func (s *sim) stopAll() {
+// stopAll stops every live shard and returns them. Every shard's loops
+// end before any is waited for, so none takes over what another held
+// while it stops.
+func (s *sim) stopAll() []*shardProc {
+	var stopped []*shardProc
 	for _, p := range s.procs {
-		if p.dead {
-			continue
+		if !p.dead {
+			p.dead = true
+			s.cl.Unsubscribe(p.Cache)
+			p.cancel()
+			stopped = append(stopped, p)
 		}
-		p.dead = true
-		p.cancel()
+	}
+	s.setHolders()
+	for _, p := range stopped {
 		p.Wait()
 		p.Close()
-		p.cli.Close()
+		_ = p.cli.Close()
 	}
+	return stopped
 }
 
 func (s *sim) live() []*shardProc {
@@ -353,33 +362,36 @@ func (s *sim) ownersSettled() bool {
 // waitSettled waits, up to limit, until ownersSettled; past the limit the
 // run goes on and says so on its progress stream.
 func (s *sim) waitSettled(ctx context.Context, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for !s.ownersSettled() {
-		if time.Now().After(deadline) {
-			fmt.Fprintf(s.cfg.Progress, "sim: keys still moving between shards after %s; the run starts anyway\n", limit)
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(20 * time.Millisecond):
-		}
+	if !waitUntil(ctx, limit, s.ownersSettled) && ctx.Err() == nil {
+		fmt.Fprintf(s.cfg.Progress, "sim: keys still moving between shards after %s; the run starts anyway\n", limit)
 	}
 }
 
 func (s *sim) waitOwners(ctx context.Context, limit time.Duration) error {
+	if waitUntil(ctx, limit, s.ownersComplete) {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("shards did not take every key within %s", limit)
+}
+
+// waitUntil polls cond every 20 ms until it holds (true), limit passes or
+// ctx ends (false).
+func waitUntil(ctx context.Context, limit time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(limit)
-	for !s.ownersComplete() {
+	for !cond() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("shards did not take every key within %s", limit)
+			return false
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return nil
+	return true
 }
 
 // waitTree waits until the coordinator leader serves the queue tree, so the
