@@ -27,8 +27,11 @@ type Config struct {
 	// Weights has one weight per scorer; a missing weight counts as 1.
 	Weights []int64
 	// Sample is the most feasible nodes considered per task (0 = all).
-	// With a sample, each task's scan starts where the previous task's
-	// scan stopped, so a gang's tasks look at different nodes.
+	// With a sample, each scan starts where the previous one stopped, so
+	// successive gangs look at different nodes; the tasks after a scan that
+	// ask what its task asked are placed among the nodes it found while
+	// one of them can take them (so a gang packs within its sample), and
+	// scan on only when none can.
 	Sample int
 }
 

@@ -19,7 +19,10 @@
 //	  │              the shuffled order, so two shards rarely collide)
 //	  ▼
 //	assume: the task's request is taken off that node's Free in the plan,
-//	        so later tasks of the same gang see what earlier ones consumed
+//	        so later tasks of the same gang see what earlier ones consumed;
+//	        a later task that asks the same is placed among the feasible
+//	        nodes this scan found (only the node just taken is filtered and
+//	        scored again), and scans on only when none can take it
 //	  │
 //	  ▼
 //	Result: all tasks that fit when at least minMember do, otherwise none.

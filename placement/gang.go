@@ -75,6 +75,7 @@ func (pl *Planner) PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBoo
 	pl.p.reset(cfg, nodes, rng)
 	res := pl.p.placeGang(tasks, minMember)
 	pl.p.facts = taskFacts{} // keep no task alive between calls
+	pl.p.winReq = api.Resource{}
 	pl.p.prevFilters = append(pl.p.prevFilters[:0], pl.p.filters...)
 	return res
 }
@@ -186,6 +187,26 @@ type planner struct {
 	// lazy: every step is built in, so Free is never materialized (see
 	// builtin); slots keep a tally instead.
 	lazy bool
+	// win is the window of the last scan: the nodes it found feasible, in
+	// scan order, with their scores. A task that asks what the scanned
+	// task asked (the same request, under the same constraint epoch) is
+	// placed among them while one can take it (see fromWindow). winEpoch
+	// and winReq are what the scan was for (winReq shares the task's
+	// Scalars map, read only, and is dropped with the call); winPos is the
+	// position in win of the node the last task was assumed onto, whose
+	// verdict and score are stale (-1: none).
+	win      []winNode
+	winSet   bool
+	winEpoch uint64
+	winReq   api.Resource
+	winPos   int
+}
+
+// winNode is one node of the window: its slot and its score for the
+// window's request.
+type winNode struct {
+	slot  int
+	score int64
 }
 
 // maxWeight bounds a scorer's weight so that weighted sums cannot overflow.
@@ -196,7 +217,7 @@ const maxWeight int64 = 1 << 32
 func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 	*p = planner{sample: max(cfg.Sample, 0), lazy: true,
 		filters: p.filters[:0], static: p.static[:0], scorers: p.scorers[:0], weights: p.weights[:0],
-		slots: p.slots, order: p.order[:0], known: p.known, keep: p.keep,
+		slots: p.slots, order: p.order[:0], known: p.known, keep: p.keep, win: p.win[:0], winPos: -1,
 		epoch: p.epoch, cons: p.cons, consSet: p.consSet, prevFilters: p.prevFilters}
 	prefix := true
 	for _, f := range cfg.Filters {
@@ -254,6 +275,12 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 		p.slots = p.slots[:len(order)]
 		clear(p.slots)
 	}
+	if w := len(order); cap(p.win) < w && (p.sample == 0 || cap(p.win) < p.sample) {
+		if p.sample > 0 {
+			w = min(w, p.sample)
+		}
+		p.win = make([]winNode, 0, w)
+	}
 	if p.keep && len(p.known) != len(nodes) {
 		p.known = slices.Grow(p.known[:0], len(nodes))[:len(nodes)]
 		clear(p.known)
@@ -288,10 +315,42 @@ func (p *planner) begin(t *api.Task) {
 
 // place picks the best feasible node for t, assumes t onto it and returns
 // its slot index, or -1 when no node is feasible.
+//
+// A task that asks what the previous scan's task asked is placed within
+// that scan's window first (fromWindow); otherwise, or when no node of
+// the window can take it any more, the nodes are scanned from where the
+// last scan stopped, and the feasible ones found become the window.
 func (p *planner) place(t *api.Task) int {
 	p.begin(t)
+	best, pos := -1, -1
+	if p.winSet && p.winEpoch == p.epoch && sameRequest(&p.winReq, &t.Request) {
+		best, pos = p.fromWindow(t)
+	}
+	if best < 0 {
+		best, pos = p.scan(t)
+	}
+	p.winPos = pos
+	if best >= 0 {
+		if s := &p.slots[best]; p.lazy {
+			s.tally.take(&t.Request)
+		} else {
+			takeFree(&s.view.Free, &t.Request)
+		}
+	}
+	return best
+}
+
+// scan looks at the nodes from p.start on, up to p.sample feasible ones
+// (all with no sample), and returns the best one's slot and its position
+// in the window it records, or -1, -1 when none is feasible. Ties go to
+// the earlier node in scan order.
+func (p *planner) scan(t *api.Task) (best, pos int) {
 	n := len(p.slots)
-	best, bestScore, feasible, k := -1, int64(0), 0, 0
+	p.win = p.win[:0]
+	p.winSet, p.winEpoch, p.winReq = true, p.epoch, t.Request
+	best, pos = -1, -1
+	var bestScore int64
+	k := 0
 	for k = 0; k < n; k++ {
 		i := p.start + k
 		if i >= n {
@@ -303,10 +362,10 @@ func (p *planner) place(t *api.Task) int {
 		}
 		score := p.score(t, &s.view)
 		if best < 0 || score > bestScore {
-			best, bestScore = i, score
+			best, bestScore, pos = i, score, len(p.win)
 		}
-		feasible++
-		if p.sample > 0 && feasible >= p.sample {
+		p.win = append(p.win, winNode{slot: i, score: score})
+		if p.sample > 0 && len(p.win) >= p.sample {
 			k++
 			break
 		}
@@ -314,14 +373,47 @@ func (p *planner) place(t *api.Task) int {
 	if p.sample > 0 && n > 0 {
 		p.start = (p.start + k) % n
 	}
-	if best >= 0 {
-		if s := &p.slots[best]; p.lazy {
-			s.tally.take(&t.Request)
-		} else {
-			takeFree(&s.view.Free, &t.Request)
+	return best, pos
+}
+
+// fromWindow picks the best node of the window for t, which asks what the
+// window's task asked, and returns its slot and position, or -1, -1 when
+// no node of the window can take t. Nodes that can no longer take it
+// leave the window.
+//
+// Frees only shrink within a plan, so a node the scan found infeasible
+// stays so, and the window holds every node of the scanned range that can
+// take t. When every step is built in (lazy), a step reads of a task only
+// its request and constraints, which are the window's, and of a node its
+// books and what the plan took off it: only the node the last task went
+// to is evaluated again. Otherwise steps may read anything of a task, so
+// every node of the window is.
+func (p *planner) fromWindow(t *api.Task) (best, pos int) {
+	keep := p.win[:0]
+	for k, w := range p.win {
+		if !p.lazy || k == p.winPos {
+			s := &p.slots[w.slot]
+			if _, ok := p.feasible(t, s); !ok {
+				continue
+			}
+			w.score = p.score(t, &s.view)
+		}
+		keep = append(keep, w)
+	}
+	p.win = keep
+	best, pos = -1, -1
+	var bestScore int64
+	for k, w := range p.win {
+		if best < 0 || w.score > bestScore {
+			best, bestScore, pos = w.slot, w.score, k
 		}
 	}
-	return best
+	return best, pos
+}
+
+// sameRequest reports whether a and b ask for the same amounts.
+func sameRequest(a, b *api.Resource) bool {
+	return a.MilliCPU == b.MilliCPU && a.Memory == b.Memory && maps.Equal(a.Scalars, b.Scalars)
 }
 
 // explain runs the filters over every node again for a task that fit

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -214,14 +215,29 @@ func TestFilterWithoutReason(t *testing.T) {
 	}
 }
 
-// Sampling: each task considers at most Sample feasible nodes, and the next
-// task's scan starts where the last one stopped.
+// Sampling: each scan considers at most Sample feasible nodes and starts
+// where the last one stopped; tasks that ask the same as the scanned one
+// stay within its window while it has room.
 func TestSample(t *testing.T) {
 	cfg := mustConfig(t, StrategyBinPack)
 	cfg.Sample = 1
 	res := PlaceGang(cfg, gang("g", 4, 1000, 1), nodesOf(4, 8, 32, 110), 4, nil)
-	if !res.OK || distinctNodes(res.Assignments) != 4 {
-		t.Fatalf("Sample=1 should rotate over the nodes: %+v", res)
+	if !res.OK || distinctNodes(res.Assignments) != 1 {
+		t.Fatalf("Sample=1: a gang that fits on its window's node should stay there: %+v", res)
+	}
+	// Two tasks fill a node: the window empties and the scan moves on.
+	res = PlaceGang(cfg, gang("g", 4, 4000, 1), nodesOf(4, 8, 32, 110), 4, nil)
+	want := map[string]string{"g-0": "node-00", "g-1": "node-00", "g-2": "node-01", "g-3": "node-01"}
+	if !res.OK || !maps.Equal(res.Assignments, want) {
+		t.Fatalf("Sample=1, two tasks a node: got %v, want %v", res.Assignments, want)
+	}
+	// A task asking something else scans on from where the last scan
+	// stopped, even though the window's node still has room.
+	mixed := gang("g", 2, 1000, 1)
+	mixed[1].Request.MilliCPU = 2000
+	res = PlaceGang(cfg, mixed, nodesOf(4, 8, 32, 110), 2, nil)
+	if !res.OK || res.Assignments["g-0"] != "node-00" || res.Assignments["g-1"] != "node-01" {
+		t.Fatalf("Sample=1, two requests: %v", res.Assignments)
 	}
 	// Sampling never hides a feasible node from a task that would fail:
 	// the only node with room is last in the order.
