@@ -175,7 +175,11 @@ func run(o options) error {
 		for _, inf := range o.inflight {
 			round++
 			before := srv.Stats()
-			ours, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round)
+			// The leader's counters are read as soon as the clients stop:
+			// when their sessions end, the leader releases their tentative
+			// reservations, which are not part of the run.
+			var st coordinator.Stats
+			ours, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, func() { st = srv.Stats() })
 			if err != nil {
 				return err
 			}
@@ -184,10 +188,10 @@ func run(o options) error {
 				return err
 			}
 			ratio := ours.rate() / naive.rate()
-			st := srv.Stats()
 			if g := st.Groups - before.Groups; g > 0 && os.Getenv("COORDBENCH_DEBUG") != "" {
-				fmt.Fprintf(os.Stderr, "coordinator: %d groups, %.1f calls/group, commit %.2f ms/group\n", g,
-					float64(st.Calls-before.Calls)/float64(g), float64((st.CommitTime-before.CommitTime).Milliseconds())/float64(g))
+				fmt.Fprintf(os.Stderr, "coordinator: %d groups, %.1f calls/group, commit %.2f ms/group, apply %.2f ms/group, over %s\n", g,
+					float64(st.Calls-before.Calls)/float64(g), float64((st.CommitTime-before.CommitTime).Microseconds())/1e3/float64(g),
+					float64((st.ApplyTime-before.ApplyTime).Microseconds())/1e3/float64(g), o.duration)
 			}
 			for _, s := range []stats{naive, ours} {
 				r := ""
@@ -300,7 +304,7 @@ func drive(n, inflight int, d time.Duration, op func(client, worker, i int, stop
 }
 
 func runCoordinator(ctx context.Context, newCli func() (*clientv3.Client, error), cfg coordinator.Config,
-	specs []api.QueueSpec, leaves []string, n, inflight int, d time.Duration, round int) (stats, error) {
+	specs []api.QueueSpec, leaves []string, n, inflight int, d time.Duration, round int, stopped func()) (stats, error) {
 	var clients []*coordinator.Client
 	var cleanup []func()
 	defer func() {
@@ -336,6 +340,7 @@ func runCoordinator(ctx context.Context, newCli func() (*clientv3.Client, error)
 		_, err := clients[c].Reserve(ctx, coordinator.JobRef{Namespace: "bench", Name: uid, UID: uid}, leaves[(c+w+i)%len(leaves)], amount)
 		return 0, err
 	})
+	stopped()
 	s.system = "coordinator"
 	return s, err
 }
