@@ -389,18 +389,35 @@ func (p *planner) scan(t *api.Task) (best, pos int) {
 // to is evaluated again. Otherwise steps may read anything of a task, so
 // every node of the window is.
 func (p *planner) fromWindow(t *api.Task) (best, pos int) {
-	keep := p.win[:0]
-	for k, w := range p.win {
-		if !p.lazy || k == p.winPos {
+	if p.lazy {
+		if k := p.winPos; k >= 0 && k < len(p.win) {
+			w := &p.win[k]
+			s := &p.slots[w.slot]
+			if _, ok := p.feasible(t, s); ok {
+				old := w.score
+				w.score = p.score(t, &s.view)
+				// It was the first node with the best score and no other
+				// changed: with a score as high, it still is (bin-packing
+				// makes this the common case).
+				if w.score >= old {
+					return w.slot, k
+				}
+			} else {
+				p.win = slices.Delete(p.win, k, k+1)
+			}
+		}
+	} else {
+		keep := p.win[:0]
+		for _, w := range p.win {
 			s := &p.slots[w.slot]
 			if _, ok := p.feasible(t, s); !ok {
 				continue
 			}
 			w.score = p.score(t, &s.view)
+			keep = append(keep, w)
 		}
-		keep = append(keep, w)
+		p.win = keep
 	}
-	p.win = keep
 	best, pos = -1, -1
 	var bestScore int64
 	for k, w := range p.win {

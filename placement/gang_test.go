@@ -215,6 +215,21 @@ func TestFilterWithoutReason(t *testing.T) {
 	}
 }
 
+// Within a window, the node the last task took is scored again; when its
+// score falls to another node's that comes earlier in the scan, the
+// earlier node wins the tie, as a fresh scan would have it.
+func TestWindowTieGoesToTheEarlierNode(t *testing.T) {
+	cfg := mustConfig(t, StrategySpread)
+	// Spread scores 100 − the dominant share after placing: a (1 % used)
+	// 98 and b (empty) 99 for the first task; then b 98, a tie.
+	nodes := []*api.NodeBooks{mkNode("a", 100, 1024, 110, withUsed(1000, 0, 0)), mkNode("b", 100, 1024, 110)}
+	res := PlaceGang(cfg, gang("g", 2, 1000, 0), nodes, 2, nil)
+	want := map[string]string{"g-0": "b", "g-1": "a"}
+	if !res.OK || !maps.Equal(res.Assignments, want) {
+		t.Fatalf("got %v, want %v", res.Assignments, want)
+	}
+}
+
 // Sampling: each scan considers at most Sample feasible nodes and starts
 // where the last one stopped; tasks that ask the same as the scanned one
 // stay within its window while it has room.
