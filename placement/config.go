@@ -27,11 +27,12 @@ type Config struct {
 	// Weights has one weight per scorer; a missing weight counts as 1.
 	Weights []int64
 	// Sample is the most feasible nodes considered per task (0 = all).
-	// With a sample, each scan starts where the previous one stopped, so
-	// successive gangs look at different nodes; the tasks after a scan that
-	// ask what its task asked are placed among the nodes it found while
-	// one of them can take them (so a gang packs within its sample), and
-	// scan on only when none can.
+	// With a sample, each scan of a call starts where the previous one
+	// stopped (a call starts at the first node of its shuffled order).
+	// When every step is built in, the tasks after a scan that ask what
+	// its task asked (request and constraints) are placed among the nodes
+	// it found while one of them can take them, so a gang packs within
+	// its sample, and scan on only when none can.
 	Sample int
 }
 

@@ -20,8 +20,9 @@
 //	  ▼
 //	assume: the task's request is taken off that node's Free in the plan,
 //	        so later tasks of the same gang see what earlier ones consumed;
-//	        a later task that asks the same is placed among the feasible
-//	        nodes this scan found (only the node just taken is filtered and
+//	        with built-in steps only, a later task that asks the same
+//	        (request and constraints) is placed among the feasible nodes
+//	        this scan found (only the node just taken is filtered and
 //	        scored again), and scans on only when none can take it
 //	  │
 //	  ▼

@@ -316,14 +316,17 @@ func (p *planner) begin(t *api.Task) {
 // place picks the best feasible node for t, assumes t onto it and returns
 // its slot index, or -1 when no node is feasible.
 //
-// A task that asks what the previous scan's task asked is placed within
-// that scan's window first (fromWindow); otherwise, or when no node of
-// the window can take it any more, the nodes are scanned from where the
-// last scan stopped, and the feasible ones found become the window.
+// When every step is built in, a task that asks what the previous scan's
+// task asked (the same request and constraints) is placed within that
+// scan's window first (fromWindow); otherwise, or when no node of the
+// window can take it any more, the nodes are scanned from where the last
+// scan stopped, and the feasible ones found become the window. Steps from
+// other packages may read any field of a task, so with them every task
+// scans.
 func (p *planner) place(t *api.Task) int {
 	p.begin(t)
 	best, pos := -1, -1
-	if p.winSet && p.winEpoch == p.epoch && sameRequest(&p.winReq, &t.Request) {
+	if p.lazy && p.winSet && p.winEpoch == p.epoch && sameRequest(&p.winReq, &t.Request) {
 		best, pos = p.fromWindow(t)
 	}
 	if best < 0 {
@@ -347,7 +350,7 @@ func (p *planner) place(t *api.Task) int {
 func (p *planner) scan(t *api.Task) (best, pos int) {
 	n := len(p.slots)
 	p.win = p.win[:0]
-	p.winSet, p.winEpoch, p.winReq = true, p.epoch, t.Request
+	p.winSet, p.winEpoch, p.winReq = p.lazy, p.epoch, t.Request
 	best, pos = -1, -1
 	var bestScore int64
 	k := 0
@@ -377,46 +380,31 @@ func (p *planner) scan(t *api.Task) (best, pos int) {
 }
 
 // fromWindow picks the best node of the window for t, which asks what the
-// window's task asked, and returns its slot and position, or -1, -1 when
-// no node of the window can take t. Nodes that can no longer take it
-// leave the window.
+// window's task asked under built-in steps only, and returns its slot and
+// position, or -1, -1 when no node of the window can take t. A node that
+// can no longer take it leaves the window.
 //
-// Frees only shrink within a plan, so a node the scan found infeasible
-// stays so, and the window holds every node of the scanned range that can
-// take t. When every step is built in (lazy), a step reads of a task only
-// its request and constraints, which are the window's, and of a node its
-// books and what the plan took off it: only the node the last task went
-// to is evaluated again. Otherwise steps may read anything of a task, so
-// every node of the window is.
+// A built-in step reads of a task only its request and constraints, which
+// are the window's, and of a node its books and what the plan took off
+// it; frees only shrink within a plan. So a node the scan found infeasible
+// stays so, the window holds every node of the scanned range that can
+// take t, and only the node the last task went to needs evaluating again.
 func (p *planner) fromWindow(t *api.Task) (best, pos int) {
-	if p.lazy {
-		if k := p.winPos; k >= 0 && k < len(p.win) {
-			w := &p.win[k]
-			s := &p.slots[w.slot]
-			if _, ok := p.feasible(t, s); ok {
-				old := w.score
-				w.score = p.score(t, &s.view)
-				// It was the first node with the best score and no other
-				// changed: with a score as high, it still is (bin-packing
-				// makes this the common case).
-				if w.score >= old {
-					return w.slot, k
-				}
-			} else {
-				p.win = slices.Delete(p.win, k, k+1)
-			}
-		}
-	} else {
-		keep := p.win[:0]
-		for _, w := range p.win {
-			s := &p.slots[w.slot]
-			if _, ok := p.feasible(t, s); !ok {
-				continue
-			}
+	if k := p.winPos; k >= 0 && k < len(p.win) {
+		w := &p.win[k]
+		s := &p.slots[w.slot]
+		if _, ok := p.feasible(t, s); ok {
+			old := w.score
 			w.score = p.score(t, &s.view)
-			keep = append(keep, w)
+			// It was the first node with the best score and no other
+			// changed: with a score as high, it still is (bin-packing
+			// makes this the common case).
+			if w.score >= old {
+				return w.slot, k
+			}
+		} else {
+			p.win = slices.Delete(p.win, k, k+1)
 		}
-		p.win = keep
 	}
 	best, pos = -1, -1
 	var bestScore int64

@@ -246,6 +246,24 @@ func TestSample(t *testing.T) {
 	if !res.OK || !maps.Equal(res.Assignments, want) {
 		t.Fatalf("Sample=1, two tasks a node: got %v, want %v", res.Assignments, want)
 	}
+	// When the window is full the scan goes on from where it stopped, not
+	// from the first node: a asks 1 CPU (window {n0}), b and c ask 2 (b's
+	// scan from n1: window {n1}, full after b); c goes to n2, though n0
+	// still has room.
+	abc := gang("g", 3, 2000, 1)
+	abc[0].Request.MilliCPU = 1000
+	three := []*api.NodeBooks{mkNode("n0", 4, 32, 110), mkNode("n1", 2, 32, 110), mkNode("n2", 2, 32, 110)}
+	res = PlaceGang(cfg, abc, three, 3, nil)
+	want = map[string]string{"g-0": "n0", "g-1": "n1", "g-2": "n2"}
+	if !res.OK || !maps.Equal(res.Assignments, want) {
+		t.Fatalf("Sample=1, scan on from where it stopped: got %v, want %v", res.Assignments, want)
+	}
+	// Steps from other packages may read any field of a task: there every
+	// task scans on, as before windows.
+	res = PlaceGang(opaqueConfig(cfg), gang("g", 4, 1000, 1), nodesOf(4, 8, 32, 110), 4, nil)
+	if !res.OK || distinctNodes(res.Assignments) != 4 {
+		t.Fatalf("Sample=1, opaque steps: %+v, want one node a task", res)
+	}
 	// A task asking something else scans on from where the last scan
 	// stopped, even though the window's node still has room.
 	mixed := gang("g", 2, 1000, 1)
