@@ -132,6 +132,28 @@ func TestHelmChartIsTheDeployInstall(t *testing.T) {
 // its own, the endpoints and the client TLS files from the named Secret, no
 // generated gossip key or coordinator token (existing Secrets are named), a ServiceMonitor and
 // the OTel variables; and refuses values that cannot work, naming them.
+// Node pools: no flag by default (deploy_test checks the defaults' flags),
+// the pattern passed whole when set, even with characters YAML would read.
+func TestHelmChartNodePools(t *testing.T) {
+	const pattern = `^(gpu-[a-z0-9]+)-: #x`
+	objs, err := helmTemplate(t, namespace, "--set-string", "nodePools="+pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
+	if got := resolveArgs(t, objs, sts.Spec.Template.Spec.Containers[0])["node-pools"]; got != pattern {
+		t.Errorf("--node-pools=%q, want %q", got, pattern)
+	}
+	objs, err = helmTemplate(t, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts = one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
+	if got, ok := resolveArgs(t, objs, sts.Spec.Template.Spec.Containers[0])["node-pools"]; ok {
+		t.Errorf("--node-pools=%q rendered by default", got)
+	}
+}
+
 func TestHelmChartExternalEtcd(t *testing.T) {
 	objs, err := helmTemplate(t, namespace, "-f", externalEtcdChart)
 	if err != nil {

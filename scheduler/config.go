@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"regexp"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -19,6 +20,9 @@ import (
 type Config struct {
 	SchedulerName string
 	Partitions    int
+	// NodePools is the node pool pattern of the ring (wire.PartitionIn),
+	// set with Partitions by the assembly.
+	NodePools     *regexp.Regexp
 	Strategy      string // "binpack" or "spread"
 	CycleInterval time.Duration
 	BindWorkers   int

@@ -368,7 +368,7 @@ func (s *Scheduler) endBind(job string) {
 // leaves r counted among its job's binds (binding), anything else ends
 // that count.
 func (s *Scheduler) bindOnce(ctx context.Context, r bindReq) (err error) {
-	key := wire.PartitionKey(wire.Partition(r.node, s.cfg.Partitions))
+	key := wire.PartitionKey(wire.PartitionIn(r.node, s.cfg.Partitions, s.cfg.NodePools))
 	leave, err := s.enterBind(r)
 	defer func() {
 		leave()

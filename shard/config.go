@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,11 @@ type Config struct {
 	APIAddr string
 	// Partitions is the number of node partitions P.
 	Partitions int
+	// NodePools, when set, puts every node of a pool in one partition
+	// (wire.PartitionIn, wire.CompileNodePools); like Partitions it must
+	// be the same on every shard. The shard itself never maps nodes: the
+	// assembly gives it to the cache and the scheduler.
+	NodePools *regexp.Regexp
 	// EtcdPrefix is the prefix of ownership and member records.
 	EtcdPrefix string
 	// SessionTTL is the etcd session TTL in seconds: a dead shard's keys

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
 	"sort"
 	"strconv"
 	"sync"
@@ -122,6 +123,9 @@ func (s *Shard) Name() string { return s.cfg.Name }
 // Partitions is the number of node partitions this shard's ring hashes
 // node names into (Config.Partitions, defaulted).
 func (s *Shard) Partitions() int { return s.cfg.Partitions }
+
+// NodePools returns the node pool pattern (Config.NodePools; nil: none).
+func (s *Shard) NodePools() *regexp.Regexp { return s.cfg.NodePools }
 
 // Run joins the seeds (retrying in the background until one answers), then
 // drives ownership until ctx is cancelled. On return it has left the ring

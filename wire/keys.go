@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"fmt"
+	"regexp"
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
@@ -32,6 +34,50 @@ func Partition(node string, partitions int) int {
 		return 0
 	}
 	return int(xxhash.Sum64String(node) % uint64(partitions))
+}
+
+// PartitionIn is Partition with node pools: when pools is set and matches
+// the node's name with a non-empty first submatch, that submatch names the
+// node's pool, and every node of a pool falls in the pool's partition, so
+// one shard owns the whole pool and places gangs as large as it. Other
+// nodes hash by name, as Partition does. Names never change, so every
+// shard with the same pattern puts a node in the same partition (the
+// pattern, like the number of partitions, must be the same on every shard).
+func PartitionIn(node string, partitions int, pools *regexp.Regexp) int {
+	if pool, ok := PoolOf(node, pools); ok {
+		return Partition("pool/"+pool, partitions)
+	}
+	return Partition(node, partitions)
+}
+
+// PoolOf returns the pool a node's name names under pools (see
+// PartitionIn), and whether it names one.
+func PoolOf(node string, pools *regexp.Regexp) (string, bool) {
+	if pools == nil {
+		return "", false
+	}
+	m := pools.FindStringSubmatch(node)
+	if len(m) < 2 || m[1] == "" {
+		return "", false
+	}
+	return m[1], true
+}
+
+// CompileNodePools compiles a node pool pattern (PartitionIn): a regular
+// expression on node names whose first parenthesized submatch names the
+// pool. The empty pattern means no pools (nil).
+func CompileNodePools(pattern string) (*regexp.Regexp, error) {
+	if pattern == "" {
+		return nil, nil
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("node pools %q: %w", pattern, err)
+	}
+	if re.NumSubexp() < 1 {
+		return nil, fmt.Errorf("node pools %q: no parenthesized submatch to name a node's pool (e.g. %q)", pattern, `^(gpu-[a-z0-9]+)-`)
+	}
+	return re, nil
 }
 
 // PartitionKey returns the ring key of partition i: "p/" followed by i in

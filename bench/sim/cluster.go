@@ -253,8 +253,12 @@ func (c *Cluster) AddNodes(w *workload.Workload, n int) {
 		idx := len(c.nodeList)
 		name := fmt.Sprintf("node-%05d", idx)
 		scal := map[string]int64{api.Pods: 110}
+		gpu := w.Node.GPUs > 0 && w.Node.GPUEvery > 0 && idx%w.Node.GPUEvery == 0
+		if gpu && w.Node.GPUPool != "" {
+			name = fmt.Sprintf("%s-%05d", w.Node.GPUPool, idx)
+		}
 		labels := map[string]string{"kubernetes.io/hostname": name}
-		if w.Node.GPUs > 0 && w.Node.GPUEvery > 0 && idx%w.Node.GPUEvery == 0 {
+		if gpu {
 			scal["nvidia.com/gpu"] = w.Node.GPUs
 			labels["accelerator"] = "gpu"
 		}

@@ -28,6 +28,7 @@ func cpuLimit(t *testing.T, milli int64) api.Limit {
 func newCappedCluster(t *testing.T) (*Cluster, *cache.Cache, *Binder) {
 	t.Helper()
 	w := loadChurn(t)
+	w.Node.GPUPool = "" // these tests bind to node-00000 (pools: pools_test.go)
 	tree, err := api.BuildTree([]api.QueueSpec{
 		{Name: "team", Capability: cpuLimit(t, 3000)},
 		{Name: "dev", Parent: "team"},

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -145,7 +146,11 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	}
 	defer etcd.Close()
 
-	s := &sim{cfg: cfg, w: w, tier: tier, tree: tree, specs: specs, cl: cl, etcd: etcd, leaves: w.Leaves()}
+	pools, err := gpuPools(w)
+	if err != nil {
+		return report.Run{}, err
+	}
+	s := &sim{cfg: cfg, w: w, tier: tier, tree: tree, specs: specs, cl: cl, etcd: etcd, leaves: w.Leaves(), pools: pools}
 	s.holders.Store(&[]*shard.Shard{})
 	defer func() { s.stopAll() }()
 	fmt.Fprintf(cfg.Progress, "sim %s/%s: %d nodes, %d shards: starting shards...\n", w.Name, cfg.Tier, tier.Nodes, cfg.Shards)
@@ -193,6 +198,17 @@ type sim struct {
 	holders atomic.Pointer[[]*shard.Shard]
 	// reserves collects every shard's reservation latencies.
 	reserves reserveWatch
+	// pools is the shards' node pool pattern (gpuPools; nil: none).
+	pools *regexp.Regexp
+}
+
+// gpuPools is the node pool pattern that makes the workload's GPU nodes
+// one pool (workload node.gpuPool; nil when it names none).
+func gpuPools(w *workload.Workload) (*regexp.Regexp, error) {
+	if w.Node.GPUPool == "" {
+		return nil, nil
+	}
+	return wire.CompileNodePools("^(" + regexp.QuoteMeta(w.Node.GPUPool) + ")-[0-9]+$")
 }
 
 // setHolders publishes the live shards to the binders.
@@ -217,7 +233,7 @@ func (s *sim) startShard(ctx context.Context, name string) error {
 	ccfg.SessionTTL = 3
 	scfg := shard.DefaultConfig()
 	scfg.BindAddr, scfg.BindPort, scfg.GossipProfile = "127.0.0.1", 0, "local"
-	scfg.Partitions, scfg.SessionTTL = s.cfg.Partitions, 3
+	scfg.Partitions, scfg.SessionTTL, scfg.NodePools = s.cfg.Partitions, 3, s.pools
 	if s.seed != "" {
 		scfg.Join = []string{s.seed}
 	}
@@ -229,14 +245,14 @@ func (s *sim) startShard(ctx context.Context, name string) error {
 	if s.w.Reclaim != nil {
 		evictor = &Evictor{c: s.cl}
 	}
-	parts := s.cfg.Partitions
+	parts, pools := s.cfg.Partitions, s.pools
 	pr, err := shardproc.New(ctx, shardproc.Options{Name: name, Etcd: cli, Shard: scfg, Coordinator: ccfg, Scheduler: sc,
 		Status: status.DefaultConfig(), Logger: s.cfg.Logger}, shardproc.Ports{
 		Observer: &s.reserves,
 		Recorder: &Recorder{c: s.cl}, Status: &StatusWriter{c: s.cl, shard: name}, Groups: &Groups{c: s.cl}, Evictor: evictor,
 		NodeState: s.cl.NodeState,
 		Binder: &Binder{c: s.cl, shard: name, othersHold: func(node string) bool {
-			key := wire.PartitionKey(wire.Partition(node, parts))
+			key := wire.PartitionKey(wire.PartitionIn(node, parts, pools))
 			for _, o := range *s.holders.Load() {
 				if o.Name() != name && o.Holds(key) {
 					return true

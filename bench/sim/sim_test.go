@@ -39,6 +39,7 @@ func TestFairSharesWaterFill(t *testing.T) {
 func newTestCluster(t *testing.T, nodes int) (*Cluster, *workload.Workload) {
 	t.Helper()
 	w := loadChurn(t)
+	w.Node.GPUPool = "" // these tests name their nodes node-NNNNN (pools: pools_test.go)
 	tree, err := api.BuildTree(workload.QueueSpecs(w, workload.Tier{Nodes: nodes}))
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,12 @@ type Workload struct {
 		MemoryGi int64 `json:"memoryGi"`
 		GPUs     int64 `json:"gpus"`
 		GPUEvery int   `json:"gpuEvery"`
+		// GPUPool, when set, names the GPU nodes "<pool>-<index>" and
+		// makes them one node pool (the shards' --node-pools): one shard
+		// owns them all, as an operator of an ML cluster would configure
+		// it so that a gang as large as the pool fits. The simulator
+		// honours it; realbench's kwok nodes do not.
+		GPUPool string `json:"gpuPool"`
 	} `json:"node"`
 	Queues struct {
 		Parents                  int     `json:"parents"`
@@ -237,6 +243,8 @@ func (w *Workload) Validate() error {
 		return errors.New("tiers: none")
 	case w.Node.CPU < 1 || w.Node.MemoryGi < 1 || w.Node.GPUs < 0 || w.Node.GPUEvery < 0:
 		return fmt.Errorf("node: cpu %d and memoryGi %d must be positive, gpus %d and gpuEvery %d not negative", w.Node.CPU, w.Node.MemoryGi, w.Node.GPUs, w.Node.GPUEvery)
+	case w.Node.GPUPool != "" && !validPoolName(w.Node.GPUPool):
+		return fmt.Errorf("node.gpuPool %q: must be lowercase letters, digits and '-', starting with a letter", w.Node.GPUPool)
 	case w.Queues.Parents < 1 || w.Queues.LeavesPerParent < 1 || len(w.Queues.Weights) == 0:
 		return fmt.Errorf("queues: parents %d and leavesPerParent %d must be positive, weights non-empty", w.Queues.Parents, w.Queues.LeavesPerParent)
 	case w.Queues.ParentCapabilityFraction <= 0 || w.Queues.ParentCapabilityFraction > 1:
@@ -303,4 +311,18 @@ func (w *Workload) Tier(name string) (Tier, error) {
 		return Tier{}, fmt.Errorf("workload %s has no tier %q (have %v)", w.Name, name, names)
 	}
 	return t, nil
+}
+
+// validPoolName reports whether s can prefix node names: lowercase letters,
+// digits and '-', starting with a letter, at most 40 bytes.
+func validPoolName(s string) bool {
+	if len(s) == 0 || len(s) > 40 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -41,6 +41,7 @@ type options struct {
 	etcdEndpoints, etcdCA, etcdCert, etcdKey      string
 	schedulerName, strategy                       string
 	partitions, sessionTTL, coordGroupOps         int
+	nodePools                                     string
 	bindWorkers                                   int
 	statusFlush                                   time.Duration
 	httpAddr, coordAddr, coordAdvertise, logLevel string
@@ -74,6 +75,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.schedulerName, "scheduler-name", "volcano", "schedulerName of the pods this scheduler serves")
 	fs.StringVar(&o.strategy, "strategy", "binpack", "placement scoring: binpack or spread")
 	fs.IntVar(&o.partitions, "partitions", wire.DefaultPartitions, "node partitions (same on every shard)")
+	fs.StringVar(&o.nodePools, "node-pools", "", "regular expression on node names whose first submatch names a node pool: every node of a pool goes to one partition, so one shard places gangs as large as the pool (same on every shard; empty: none)")
 	fs.IntVar(&o.bindWorkers, "bind-workers", scheduler.DefaultConfig().BindWorkers,
 		"bind calls in flight at once (1..1024): too few and placed pods queue for a worker (each call is an API server round trip)")
 	fs.IntVar(&o.sessionTTL, "session-ttl", 10, "etcd session TTL in seconds")
@@ -103,6 +105,11 @@ func parse(args []string) (options, error) {
 	return o, o.validate()
 }
 
+func (o *options) nodePoolsErr() error {
+	_, err := wire.CompileNodePools(o.nodePools)
+	return err
+}
+
 func (o *options) validate() error {
 	switch {
 	case o.shardName == "":
@@ -111,6 +118,8 @@ func (o *options) validate() error {
 		return errors.New("--etcd-endpoints is required")
 	case o.partitions < 1 || o.partitions > 1<<20:
 		return fmt.Errorf("--partitions=%d: must be between 1 and %d", o.partitions, 1<<20)
+	case o.nodePoolsErr() != nil:
+		return fmt.Errorf("--node-pools: %w", o.nodePoolsErr())
 	case o.sessionTTL < 1 || o.sessionTTL > 3600:
 		return fmt.Errorf("--session-ttl=%d: must be between 1 and 3600", o.sessionTTL)
 	case o.statusFlush < 10*time.Millisecond || o.statusFlush > 10*time.Minute:
@@ -242,6 +251,9 @@ func run(o options, log *slog.Logger) error {
 	sc := shard.DefaultConfig()
 	sc.BindAddr, sc.BindPort, sc.AdvertiseAddr, sc.AdvertisePort = o.gossipBind, o.gossipPort, o.gossipAdvertise, o.gossipAdvertisePort
 	sc.Join, sc.GossipKeyFile, sc.Partitions, sc.SessionTTL, sc.GossipProfile = splitList(o.join), o.gossipKeyFile, o.partitions, o.sessionTTL, o.gossipProfile
+	if sc.NodePools, err = wire.CompileNodePools(o.nodePools); err != nil {
+		return err
+	}
 	cc := coordinator.DefaultConfig()
 	cc.ListenAddr, cc.SessionTTL, cc.MaxGroupOps = o.coordAddr, o.sessionTTL, o.coordGroupOps
 	if o.coordTokenFile != "" {

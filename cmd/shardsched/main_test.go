@@ -18,6 +18,8 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		{[]string{"--etcd-endpoints=x"}, "--shard-name"},
 		{[]string{"--shard-name=s0"}, "--etcd-endpoints"},
 		{append(base, "--partitions=0"), "--partitions"},
+		{append(base, "--node-pools=^gpu-"), "--node-pools"},
+		{append(base, "--node-pools=^(gpu"), "--node-pools"},
 		{append(base, "--session-ttl=-1"), "--session-ttl"},
 		{append(base, "--status-flush-interval=1ns"), "--status-flush-interval"},
 		{append(base, "--gossip-port=70000"), "--gossip-port"},

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,7 @@ type Proc struct {
 
 	log        *slog.Logger
 	partitions int
+	pools      *regexp.Regexp
 	quiet      time.Duration
 	nodeState  func(string) (api.Node, []api.Task, bool)
 	// pushTree holds the latest valid queue specs not yet sent; a newer
@@ -143,7 +145,7 @@ func New(ctx context.Context, o Options, p Ports) (_ *Proc, err error) {
 	if pr.Shard, err = shard.New(ctx, o.Etcd, scfg); err != nil {
 		return nil, err
 	}
-	pr.partitions = pr.Shard.Partitions()
+	pr.partitions, pr.pools = pr.Shard.Partitions(), pr.Shard.NodePools()
 	qcfg := coordinator.DefaultClientConfig()
 	qcfg.Prefix, qcfg.Shard, qcfg.LeaseFunc, qcfg.Tracer, qcfg.Token = ccfg.Prefix, o.Name, pr.Shard.Lease, o.Tracer, ccfg.Token
 	if pr.Quota, err = coordinator.NewClient(o.Etcd, qcfg); err != nil {
@@ -159,7 +161,7 @@ func New(ctx context.Context, o Options, p Ports) (_ *Proc, err error) {
 		return nil, err
 	}
 	sc := o.Scheduler
-	sc.Logger, sc.Tracer, sc.Partitions = log, o.Tracer, pr.partitions
+	sc.Logger, sc.Tracer, sc.Partitions, sc.NodePools = log, o.Tracer, pr.partitions, pr.pools
 	pr.Sched, err = scheduler.New(sc, scheduler.Deps{
 		Cache: pr.Cache, Ownership: pr.Shard, Quota: pr.Quota, Binder: p.Binder, Recorder: p.Recorder, Status: pr.Status,
 		Groups: p.Groups, Evictor: p.Evictor, Observer: p.Observer, Peers: pr.Shard, Claims: pr.Claims,
@@ -248,8 +250,8 @@ func (pr *Proc) SyncOwnership() {
 		for _, k := range held {
 			set[k] = true
 		}
-		parts := pr.partitions
-		pr.Cache.SetKeepsBooks(func(node string) bool { return set[wire.PartitionKey(wire.Partition(node, parts))] })
+		parts, pools := pr.partitions, pr.pools
+		pr.Cache.SetKeepsBooks(func(node string) bool { return set[wire.PartitionKey(wire.PartitionIn(node, parts, pools))] })
 	}
 	for _, n := range pr.Cache.OutOfSync() {
 		if node, tasks, ok := pr.nodeState(n); ok {
