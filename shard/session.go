@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,6 +57,53 @@ func (s *Shard) claimName(ctx context.Context, sess *concurrency.Session, prev c
 	}
 	if !ok {
 		return fmt.Errorf("duplicate shard name %q: another live shard holds %s", s.cfg.Name, key)
+	}
+	return nil
+}
+
+// layoutPrefix is where every live shard records, under its session lease,
+// how it maps nodes to partitions.
+func (s *Shard) layoutPrefix() string { return s.cfg.EtcdPrefix + "/layout/" }
+
+// layout is how this shard maps nodes to partitions: their number and the
+// node pool pattern (wire.PartitionIn).
+func (s *Shard) layout() string {
+	pools := ""
+	if s.cfg.NodePools != nil {
+		pools = s.cfg.NodePools.String()
+	}
+	return "partitions=" + strconv.Itoa(s.cfg.Partitions) + " node-pools=" + strconv.Quote(pools)
+}
+
+// recordLayout records this shard's layout under sess's lease.
+func (s *Shard) recordLayout(ctx context.Context, sess *concurrency.Session) error {
+	if _, err := s.cli.Put(ctx, s.layoutPrefix()+s.cfg.Name, s.layout(), clientv3.WithLease(sess.Lease())); err != nil {
+		return fmt.Errorf("record the node layout in etcd: %w", err)
+	}
+	return nil
+}
+
+// checkLayout records this shard's layout and refuses to go on when a live
+// shard has recorded another. Two layouts map one node to two partitions,
+// each fenced on its own key, so two shards would keep books for the node
+// and bind onto it. Of shards starting at once with different layouts,
+// at most the first to record and read goes on. A layout changes only
+// once every shard of the old one has stopped (their records go with
+// their sessions).
+func (s *Shard) checkLayout(ctx context.Context, sess *concurrency.Session) error {
+	if err := s.recordLayout(ctx, sess); err != nil {
+		return err
+	}
+	resp, err := s.cli.Get(ctx, s.layoutPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("read the shards' node layouts from etcd: %w", err)
+	}
+	mine := s.layout()
+	for _, kv := range resp.Kvs {
+		if v := string(kv.Value); v != mine {
+			return fmt.Errorf("live shard %q maps nodes to partitions with %s, this shard with %s: every shard must run with the same --partitions and --node-pools (to change them, stop every shard first)",
+				strings.TrimPrefix(string(kv.Key), s.layoutPrefix()), v, mine)
+		}
 	}
 	return nil
 }
@@ -117,6 +165,9 @@ func (s *Shard) renewSession(ctx context.Context) {
 			s.mu.Unlock()
 			if err := s.claimName(ctx, sess, prev); err != nil {
 				s.log.Error("cannot reclaim shard name after session loss", "err", err)
+			}
+			if err := s.recordLayout(ctx, sess); err != nil {
+				s.log.Error("cannot record the node layout after session loss", "err", err)
 			}
 			s.mu.Lock()
 			s.session = sess

@@ -97,6 +97,10 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Shard, error) 
 		sess.Close()
 		return nil, err
 	}
+	if err := s.checkLayout(sctx, sess); err != nil {
+		sess.Close()
+		return nil, err
+	}
 	s.session = sess
 
 	mlc, err := s.memberlistConfig()

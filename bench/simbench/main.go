@@ -44,6 +44,7 @@ type options struct {
 	include     string
 	fsync       bool
 	vcpu        bool
+	noPools     bool
 	verbose     bool
 	rejudge     bool
 	heapProfile string
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&o.include, "include", "", "report.json files, comma-separated, whose runs and targets to include (e.g. the real mode's); -rejudge reads one")
 	flag.BoolVar(&o.fsync, "fsync", true, "the embedded etcd syncs its log (as in production)")
 	flag.BoolVar(&o.vcpu, "virtual-cpu", false, "churn, burst and reclaim run each shard as if on a machine of its own (one after another, each on its own virtual clock): pods/s and p99 against the shard count, with the coordinator's share (chaos is unaffected)")
+	flag.BoolVar(&o.noPools, "no-node-pools", false, "leave the workloads' GPU nodes out of any node pool (node.gpuPool): named node-NNNNN and hashed over the ring like the rest, as before node pools")
 	flag.BoolVar(&o.verbose, "v", false, "log the shards' warnings to stderr")
 	flag.BoolVar(&o.rejudge, "rejudge", false, "run nothing: judge the simulated runs of the -include report again and write it to -out")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -172,7 +174,11 @@ func run(ctx context.Context, o options) error {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	load := func(name string) (*workload.Workload, error) {
-		return workload.Load(o.dir + "/" + name + ".yaml")
+		w, err := workload.Load(o.dir + "/" + name + ".yaml")
+		if err == nil && o.noPools {
+			w.Node.GPUPool = ""
+		}
+		return w, err
 	}
 	var simRuns []report.Run
 	for _, tier := range o.tiers {
