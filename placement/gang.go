@@ -196,7 +196,6 @@ type planner struct {
 	// position in win of the node the last task was assumed onto, whose
 	// verdict and score are stale (-1: none).
 	win      []winNode
-	winSet   bool
 	winEpoch uint64
 	winReq   api.Resource
 	winPos   int
@@ -275,10 +274,11 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 		p.slots = p.slots[:len(order)]
 		clear(p.slots)
 	}
-	if w := len(order); cap(p.win) < w && (p.sample == 0 || cap(p.win) < p.sample) {
-		if p.sample > 0 {
-			w = min(w, p.sample)
-		}
+	w := len(order)
+	if p.sample > 0 {
+		w = min(w, p.sample)
+	}
+	if cap(p.win) < w {
 		p.win = make([]winNode, 0, w)
 	}
 	if p.keep && len(p.known) != len(nodes) {
@@ -326,7 +326,7 @@ func (p *planner) begin(t *api.Task) {
 func (p *planner) place(t *api.Task) int {
 	p.begin(t)
 	best, pos := -1, -1
-	if p.lazy && p.winSet && p.winEpoch == p.epoch && sameRequest(&p.winReq, &t.Request) {
+	if p.lazy && len(p.win) > 0 && p.winEpoch == p.epoch && p.winReq.Equal(t.Request) {
 		best, pos = p.fromWindow(t)
 	}
 	if best < 0 {
@@ -350,7 +350,7 @@ func (p *planner) place(t *api.Task) int {
 func (p *planner) scan(t *api.Task) (best, pos int) {
 	n := len(p.slots)
 	p.win = p.win[:0]
-	p.winSet, p.winEpoch, p.winReq = p.lazy, p.epoch, t.Request
+	p.winEpoch, p.winReq = p.epoch, t.Request
 	best, pos = -1, -1
 	var bestScore int64
 	k := 0
@@ -414,11 +414,6 @@ func (p *planner) fromWindow(t *api.Task) (best, pos int) {
 		}
 	}
 	return best, pos
-}
-
-// sameRequest reports whether a and b ask for the same amounts.
-func sameRequest(a, b *api.Resource) bool {
-	return a.MilliCPU == b.MilliCPU && a.Memory == b.Memory && maps.Equal(a.Scalars, b.Scalars)
 }
 
 // explain runs the filters over every node again for a task that fit

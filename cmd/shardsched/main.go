@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -42,6 +43,7 @@ type options struct {
 	schedulerName, strategy                       string
 	partitions, sessionTTL, coordGroupOps         int
 	nodePools                                     string
+	pools                                         *regexp.Regexp // nodePools compiled by parse
 	bindWorkers                                   int
 	statusFlush                                   time.Duration
 	httpAddr, coordAddr, coordAdvertise, logLevel string
@@ -102,12 +104,14 @@ func parse(args []string) (options, error) {
 	if o.version {
 		return o, errVersion
 	}
-	return o, o.validate()
-}
-
-func (o *options) nodePoolsErr() error {
-	_, err := wire.CompileNodePools(o.nodePools)
-	return err
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	var err error
+	if o.pools, err = wire.CompileNodePools(o.nodePools); err != nil {
+		return o, fmt.Errorf("--node-pools: %w", err)
+	}
+	return o, nil
 }
 
 func (o *options) validate() error {
@@ -118,8 +122,6 @@ func (o *options) validate() error {
 		return errors.New("--etcd-endpoints is required")
 	case o.partitions < 1 || o.partitions > 1<<20:
 		return fmt.Errorf("--partitions=%d: must be between 1 and %d", o.partitions, 1<<20)
-	case o.nodePoolsErr() != nil:
-		return fmt.Errorf("--node-pools: %w", o.nodePoolsErr())
 	case o.sessionTTL < 1 || o.sessionTTL > 3600:
 		return fmt.Errorf("--session-ttl=%d: must be between 1 and 3600", o.sessionTTL)
 	case o.statusFlush < 10*time.Millisecond || o.statusFlush > 10*time.Minute:
@@ -251,9 +253,7 @@ func run(o options, log *slog.Logger) error {
 	sc := shard.DefaultConfig()
 	sc.BindAddr, sc.BindPort, sc.AdvertiseAddr, sc.AdvertisePort = o.gossipBind, o.gossipPort, o.gossipAdvertise, o.gossipAdvertisePort
 	sc.Join, sc.GossipKeyFile, sc.Partitions, sc.SessionTTL, sc.GossipProfile = splitList(o.join), o.gossipKeyFile, o.partitions, o.sessionTTL, o.gossipProfile
-	if sc.NodePools, err = wire.CompileNodePools(o.nodePools); err != nil {
-		return err
-	}
+	sc.NodePools = o.pools
 	cc := coordinator.DefaultConfig()
 	cc.ListenAddr, cc.SessionTTL, cc.MaxGroupOps = o.coordAddr, o.sessionTTL, o.coordGroupOps
 	if o.coordTokenFile != "" {
