@@ -93,7 +93,7 @@ func (d *driver) notes(st Stats, end memory) {
 	run.Notes = append(run.Notes,
 		fmt.Sprintf("%d pods submitted, %d bound, %d completed, %d evicted by drains; %d binds refused by the API (already bound or gone)", st.Submitted, st.Binds, st.Completed, st.Evicted, st.BindRefused),
 		fmt.Sprintf("status writes: %d queue, %d PodGroup; most shards writing one queue: %d, one PodGroup: %d", st.QueueWrites, st.PodGroupWrites, st.WritersPerQueue, st.WritersPerPodGroup),
-		fmt.Sprintf("RSS: %.0f MiB before the shards started; at the end of warm-up %v; at the end %v (each after a GC that returned the freed memory to the OS); whole process: cluster model, embedded etcd and %d shards", d.sampler.rss0, d.sampler.memWarm, end, cfg.Shards))
+		fmt.Sprintf("RSS: %.0f MiB before the shards started; at the end of warm-up %v; at the end %v (each after a GC that returned the freed memory to the OS, and etcd's history compacted to that moment and its database defragmented); whole process: cluster model, embedded etcd and %d shards", d.sampler.rss0, d.sampler.memWarm, end, cfg.Shards))
 	if n := s.reserves.note(); n != "" {
 		run.Notes = append(run.Notes, n)
 	}

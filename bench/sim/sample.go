@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/bench/workload"
 	"github.com/shardsched/shardsched/cache"
+	"github.com/shardsched/shardsched/internal/cluster"
 )
 
 // sampler holds what the periodic samples accumulate over a run.
@@ -111,15 +113,34 @@ type memory struct {
 	procstat.Resident
 	Heap, ShardHeap float64
 	Cache           cache.Stats
+	// FileBefore is the file-backed part before etcd was settled (its
+	// high-water mark included); Etcd is what settling it did.
+	FileBefore float64
+	Etcd       cluster.Settled
 }
 
 // settledMemory collects the garbage and returns the freed memory to the
 // OS before it reads the resident memory, so that two readings compare what
 // the process holds, not what the Go runtime had not yet given back. The
+// embedded etcd is settled first (cluster.Etcd.Settle: history compacted to
+// now, database defragmented), for the same reason: its memory-mapped file
+// otherwise keeps the pages of its high-water mark, which depends on where
+// in its compaction cycle the reading falls. The
 // heap profile it takes for the shards' part is also written to
 // <HeapProfile>-<which>.pb.gz when the run asks for it (a failure to write
 // is reported on the progress stream and the run goes on).
 func (d *driver) settledMemory(which string) memory {
+	var m memory
+	if r, err := procstat.ResidentMiB(); err == nil {
+		m.FileBefore = r.File
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	settled, err := d.s.etcd.Settle(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(d.s.cfg.Progress, "sim: settling etcd before the %s reading: %v\n", which, err)
+	}
+	m.Etcd = settled
 	debug.FreeOSMemory()
 	r, err := procstat.ResidentMiB()
 	if err != nil {
@@ -127,7 +148,7 @@ func (d *driver) settledMemory(which string) memory {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	m := memory{Resident: r, Heap: float64(ms.HeapInuse) / (1 << 20)}
+	m.Resident, m.Heap = r, float64(ms.HeapInuse)/(1<<20)
 	var prof bytes.Buffer
 	if err := pprof.Lookup("heap").WriteTo(&prof, 0); err == nil {
 		m.ShardHeap, _ = shardHeapOf(prof.Bytes()) // 0 when it cannot be parsed
@@ -144,8 +165,8 @@ func (d *driver) settledMemory(which string) memory {
 
 // String gives the figures as the run's notes print them.
 func (m memory) String() string {
-	return fmt.Sprintf("%.0f MiB (%.0f anonymous, of which Go heap in use %.0f, %.0f of it allocated by the shards' code; %.0f file-backed; a shard's cache: %d tasks, %d pending, %d jobs)",
-		m.Total, m.Anon, m.Heap, m.ShardHeap, m.File, m.Cache.Tasks, m.Cache.Pending, m.Cache.Jobs)
+	return fmt.Sprintf("%.0f MiB (%.0f anonymous, of which Go heap in use %.0f, %.0f of it allocated by the shards' code; %.0f file-backed, %.0f before etcd was settled, its database %.1f → %.1f MiB in %v; a shard's cache: %d tasks, %d pending, %d jobs)",
+		m.Total, m.Anon, m.Heap, m.ShardHeap, m.File, m.FileBefore, float64(m.Etcd.Before)/(1<<20), float64(m.Etcd.After)/(1<<20), m.Etcd.Took.Round(time.Millisecond), m.Cache.Tasks, m.Cache.Pending, m.Cache.Jobs)
 }
 
 // writeHeap writes prof to <HeapProfile>-<which>.pb.gz when the run asks

@@ -310,7 +310,7 @@ func simTargets(runs []report.Run) []report.Target {
 			if !rss.Met {
 				rss.Why = "RSS is the whole process's: the cluster model, the embedded etcd (its database is memory-mapped) and every shard"
 				if r.AnonGrowthPct != 0 || r.FileGrowthPct != 0 {
-					rss.Why += fmt.Sprintf("; anonymous memory (Go heap, stacks) grew %.1f %% and the file-backed pages (etcd's database) %.1f %%; the heap profiles of -memprofile split it further", r.AnonGrowthPct, r.FileGrowthPct)
+					rss.Why += fmt.Sprintf("; anonymous memory (Go heap, stacks) grew %.1f %% and the file-backed pages (the binary's and etcd's database, settled before each reading) %.1f %%; the heap profiles of -memprofile split it further", r.AnonGrowthPct, r.FileGrowthPct)
 				}
 			}
 			out = append(out, p99, rss)

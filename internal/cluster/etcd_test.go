@@ -90,3 +90,68 @@ func TestEtcdCompactsItsHistory(t *testing.T) {
 		t.Errorf("etcd without a retention: read at revision %d: %v", first[1], err)
 	}
 }
+
+// Settle compacts the history to the current revision and defragments:
+// a database that held many overwritten and deleted values shrinks, the
+// old revisions are gone, and every live key keeps its latest value.
+func TestEtcdSettleGivesBackWhatHistoryHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := StartEtcd(EtcdOptions{NoFsync: true, LogLevel: "fatal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	big := string(make([]byte, 16<<10))
+	var first int64
+	for n := 0; n < 400; n++ {
+		key := "k" + strconv.Itoa(n%20)
+		resp, err := cli.Put(ctx, key, big+strconv.Itoa(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			first = resp.Header.Revision
+		}
+		if n%20 == 19 && n < 380 {
+			if _, err := cli.Delete(ctx, "k", clientv3.WithPrefix()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := e.Settle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 400 values of 16 KiB were written, 20 are live: the file must fall
+	// to well under half.
+	if got.Before <= 0 || got.After <= 0 || got.After*2 > got.Before {
+		t.Errorf("database %d bytes before, %d after settling; want it at most half", got.Before, got.After)
+	}
+	if _, err := cli.Get(ctx, "k0", clientv3.WithRev(first)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Errorf("read at revision %d after settling: %v; want ErrCompacted", first, err)
+	}
+	resp, err := cli.Get(ctx, "k", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 20 {
+		t.Fatalf("%d live keys after settling; want 20", len(resp.Kvs))
+	}
+	for _, kv := range resp.Kvs {
+		n, _ := strconv.Atoi(string(kv.Value[len(big):]))
+		if n < 380 {
+			t.Errorf("%s holds write %d after settling; want its last (≥ 380)", kv.Key, n)
+		}
+	}
+	// Settling twice with no write between is not an error (the revision
+	// is already compacted).
+	if _, err := e.Settle(ctx); err != nil {
+		t.Errorf("second settle: %v", err)
+	}
+}
