@@ -3,6 +3,7 @@ package procstat
 import (
 	"errors"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -149,5 +150,48 @@ func TestParseResident(t *testing.T) {
 	}
 	if r, err := ResidentMiB(); err != nil || r.Total <= 0 || r.Anon <= 0 {
 		t.Errorf("ResidentMiB of this test process = %+v, %v; want positive figures", r, err)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	// A command name with a space and a ')' of its own: the fields are
+	// counted from the last ')'. utime 250 and stime 50 ticks are 3 s.
+	stat := "4242 (kube ap)i) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 100 0 0"
+	if got, err := parseProcStat(stat); err != nil || got != 3*time.Second {
+		t.Fatalf("parseProcStat = %v, %v; want 3s", got, err)
+	}
+	for _, bad := range []string{"4242 kube S 1", "4242 (x) S 1 2 3", "4242 (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 u 50 0"} {
+		if _, err := parseProcStat(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	got, err := CPUOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn some CPU in this process: the reading must grow.
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for n := 0; time.Now().Before(deadline); n++ {
+		_ = strings.Repeat("x", n%64)
+	}
+	if again, err := CPUOf(os.Getpid()); err != nil || again <= got {
+		t.Errorf("CPUOf this process after 50 ms of work: %v then %v, %v; want it to grow", got, again, err)
+	}
+}
+
+func TestParseMachineBusy(t *testing.T) {
+	// busy = user + nice + system + irq + softirq + steal = 100+10+40+3+2+5 = 160 ticks;
+	// idle (900) and iowait (20) are not counted, nor guest (7), inside user.
+	stat := "cpu  100 10 40 900 20 3 2 5 7 0\ncpu0 50 5 20 450 10 1 1 2 3 0\n"
+	if got, err := parseMachineBusy(stat); err != nil || got != 1600*time.Millisecond {
+		t.Fatalf("parseMachineBusy = %v, %v; want 1.6s", got, err)
+	}
+	for _, bad := range []string{"cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3\n", "cpu 1 2 x 4 5 6 7 8\n"} {
+		if _, err := parseMachineBusy(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	if b, err := MachineBusy(); err != nil || b <= 0 {
+		t.Errorf("MachineBusy = %v, %v; want a positive time", b, err)
 	}
 }

@@ -104,3 +104,76 @@ func parseResident(status string) (Resident, error) {
 	}
 	return r, nil
 }
+
+// clockTicks is USER_HZ, the unit of the times in /proc/<pid>/stat and
+// /proc/stat: 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// CPUOf is the CPU time (user and system) process pid has used so far,
+// read from /proc/<pid>/stat.
+func CPUOf(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseProcStat(string(b))
+}
+
+// parseProcStat reads utime + stime of a /proc/<pid>/stat text. The
+// command name (field 2) is in parentheses and may hold spaces and
+// parentheses of its own, so the fields are counted from the last ')':
+// the state (field 3) comes first, utime and stime (fields 14 and 15)
+// are the 12th and 13th after it.
+func parseProcStat(s string) (time.Duration, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc stat %q", s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc stat %q", s)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("malformed /proc stat times %q %q", f[11], f[12])
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// MachineBusy is the CPU time every core of the machine has spent busy
+// (neither idle nor waiting for I/O) since boot, summed over the cores,
+// from /proc/stat. The difference of two readings over a run is what
+// every process on the machine used in it, the ones a bench does not
+// start included.
+func MachineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseMachineBusy(string(b))
+}
+
+// parseMachineBusy reads the first ("cpu ") line of a /proc/stat text:
+// user nice system idle iowait irq softirq steal [guest guest_nice]. Busy
+// is every field but idle and iowait up to steal (guest time is already
+// inside user).
+func parseMachineBusy(s string) (time.Duration, error) {
+	line, _, _ := strings.Cut(s, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("malformed /proc/stat first line %q", line)
+	}
+	var busy int64
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("malformed /proc/stat field %d %q", i+1, v)
+		}
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		busy += n
+	}
+	return time.Duration(busy) * time.Second / clockTicks, nil
+}

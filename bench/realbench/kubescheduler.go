@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/internal/cluster"
 )
 
@@ -158,10 +157,6 @@ func (p *schedulerProcess) waitReady(ctx context.Context, url string, timeout ti
 	return err
 }
 
-// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
-// 100 on every Linux architecture Go supports.
-const clockTicks = 100
-
 // cpu returns the CPU time the process used so far: from /proc while it
 // runs, from its rusage once it has exited.
 func (p *schedulerProcess) cpu() time.Duration {
@@ -171,37 +166,11 @@ func (p *schedulerProcess) cpu() time.Duration {
 		}
 		return 0
 	}
-	d, err := procStatCPU(p.cmd.Process.Pid)
+	d, err := procstat.CPUOf(p.cmd.Process.Pid)
 	if err != nil {
 		return 0
 	}
 	return d
-}
-
-// procStatCPU reads utime + stime of pid from /proc/<pid>/stat.
-func procStatCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces;
-	// the fields after it start with the state (field 3), so utime and
-	// stime (fields 14 and 15) are at 11 and 12.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
 
 // stop sends SIGTERM to the process group, SIGKILL after 10 s, waits for

@@ -139,6 +139,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		mon = startMonitor(os.Stderr, progressEvery, sys.name+" "+mode, o.pods, start, func() int { _, b := w.counts(); return b })
 	}
 	var cpu0, harness0 time.Duration
+	var meter *cpuMeter
 	var api0 apiCounts
 	readAPI := func() apiCounts {
 		c, err := readAPICounts(rctx, env.cs)
@@ -163,6 +164,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		}
 		api0 = readAPI()
 		cpu0, harness0, start = inst.cpu(), procstat.CPU(), time.Now()
+		meter = startCPUMeter(env.controlPIDs)
 		monitor()
 		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
 		if err != nil {
@@ -181,6 +183,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		}
 		api0 = readAPI()
 		harness0, start = procstat.CPU(), time.Now()
+		meter = startCPUMeter(env.controlPIDs)
 		monitor()
 		if inst, err = sys.impl.start(rctx, env, run); err != nil {
 			return result{}, err
@@ -198,6 +201,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	}
 	r.wall = time.Since(start)
 	r.load = mon.stop()
+	spent := meter.stop()
 	var api1 apiCounts
 	if api0 != nil {
 		api1 = readAPI()
@@ -209,6 +213,11 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	if inst.finish != nil {
 		if r.notes, err = inst.finish(rctx); err != nil {
 			return result{}, err
+		}
+	}
+	if _, bound := w.counts(); bound > 0 {
+		if n := spent.note(bound, r.cpu, r.harnessCPU); n != "" {
+			r.notes = append(r.notes, n)
 		}
 	}
 	stop()

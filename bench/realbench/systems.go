@@ -38,6 +38,9 @@ type benchEnv struct {
 	kubeconfig string // admin kubeconfig of the control plane
 	dir        string // control plane state directory, removed at the end
 	etcd       []string
+	// controlPIDs are the control plane's processes by name, whose CPU
+	// each run reports.
+	controlPIDs map[string]int
 	// dumpMetrics prints each shard's metrics when its run ends.
 	dumpMetrics bool
 	// shardschedBin is cmd/shardsched, built when a run needs it.

@@ -225,6 +225,19 @@ func (cp *ControlPlane) Stop() {
 	}
 }
 
+// PIDs names the process of each running part of the control plane
+// (etcd, kube-apiserver, kube-controller-manager, kwok), for a bench that
+// reads what each one costs.
+func (cp *ControlPlane) PIDs() map[string]int {
+	out := make(map[string]int, len(cp.procs))
+	for _, p := range cp.procs {
+		if !p.exited() {
+			out[p.name] = p.cmd.Process.Pid
+		}
+	}
+	return out
+}
+
 // Check returns an error if any process has exited.
 func (cp *ControlPlane) Check() error {
 	for _, p := range cp.procs {

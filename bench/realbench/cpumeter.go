@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardsched/shardsched/bench/procstat"
+)
+
+// cpuMeter reads, at a run's clock start and end, the CPU time of every
+// process of the control plane and of the whole machine, so that a run
+// can say where the CPU per bound pod went: the system's own share is only
+// part of it on a machine whose cores the API server, etcd and kwok share.
+type cpuMeter struct {
+	pids map[string]int // control plane part -> pid
+	// start holds the first readings; a part whose reading failed is
+	// left out of the note.
+	start   map[string]time.Duration
+	machine time.Duration
+	ok      bool // the machine's reading succeeded
+}
+
+// startCPUMeter takes the first readings.
+func startCPUMeter(pids map[string]int) *cpuMeter {
+	m := &cpuMeter{pids: pids, start: make(map[string]time.Duration, len(pids))}
+	for name, pid := range pids {
+		if d, err := procstat.CPUOf(pid); err == nil {
+			m.start[name] = d
+		}
+	}
+	var err error
+	m.machine, err = procstat.MachineBusy()
+	m.ok = err == nil
+	return m
+}
+
+// cpuSpent is what a meter measured over a run.
+type cpuSpent struct {
+	parts   map[string]time.Duration // control plane part -> CPU over the run
+	machine time.Duration            // every core's busy time over the run (0: not read)
+}
+
+// stop takes the second readings.
+func (m *cpuMeter) stop() cpuSpent {
+	if m == nil {
+		return cpuSpent{}
+	}
+	out := cpuSpent{parts: make(map[string]time.Duration, len(m.start))}
+	for name, d0 := range m.start {
+		if d, err := procstat.CPUOf(m.pids[name]); err == nil && d >= d0 {
+			out.parts[name] = d - d0
+		}
+	}
+	if b, err := procstat.MachineBusy(); err == nil && m.ok && b >= m.machine {
+		out.machine = b - m.machine
+	}
+	return out
+}
+
+// note says the CPU seconds per 1000 bound pods of the whole machine, of
+// each control plane part, of the system and of the harness, and what is
+// left (other processes: the kernel's own work, anything else running).
+// system and harness are the run's own figures (harness 0 when it is
+// inside system's).
+func (s cpuSpent) note(bound int, system, harness time.Duration) string {
+	if bound == 0 || (s.machine == 0 && len(s.parts) == 0) {
+		return ""
+	}
+	per := func(d time.Duration) float64 { return d.Seconds() / float64(bound) * 1000 }
+	names := make([]string, 0, len(s.parts))
+	for name := range s.parts {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	b.WriteString("CPU s per 1000 bound pods over the run:")
+	if s.machine > 0 {
+		fmt.Fprintf(&b, " the whole machine %.2f =", per(s.machine))
+	}
+	known := system + harness
+	fmt.Fprintf(&b, " the system %.2f", per(system))
+	if harness > 0 {
+		fmt.Fprintf(&b, " + the harness %.2f", per(harness))
+	}
+	for _, name := range names {
+		fmt.Fprintf(&b, " + %s %.2f", name, per(s.parts[name]))
+		known += s.parts[name]
+	}
+	if s.machine > 0 {
+		fmt.Fprintf(&b, " + the rest %.2f", per(s.machine-known))
+	}
+	return b.String()
+}

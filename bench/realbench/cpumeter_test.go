@@ -1,0 +1,46 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCPUSpentNote(t *testing.T) {
+	s := cpuSpent{parts: map[string]time.Duration{"kwok": 1 * time.Second, "kube-apiserver": 4 * time.Second, "etcd": 2 * time.Second},
+		machine: 12 * time.Second}
+	got := s.note(2000, 3*time.Second, 1*time.Second)
+	want := "CPU s per 1000 bound pods over the run: the whole machine 6.00 = the system 1.50 + the harness 0.50 + etcd 1.00 + kube-apiserver 2.00 + kwok 0.50 + the rest 0.50"
+	if got != want {
+		t.Errorf("note =\n%s\nwant\n%s", got, want)
+	}
+	if n := s.note(0, time.Second, 0); n != "" {
+		t.Errorf("no pod bound: %q, want no note", n)
+	}
+	if n := (cpuSpent{}).note(10, time.Second, 0); n != "" {
+		t.Errorf("nothing measured: %q, want no note", n)
+	}
+	// The harness inside the system (an in-process run): no harness term.
+	if n := (cpuSpent{machine: 4 * time.Second}).note(1000, time.Second, 0); n != "CPU s per 1000 bound pods over the run: the whole machine 4.00 = the system 1.00 + the rest 3.00" {
+		t.Errorf("in-process note = %q", n)
+	}
+}
+
+func TestCPUMeterReadsThisProcess(t *testing.T) {
+	m := startCPUMeter(map[string]int{"self": os.Getpid(), "gone": 1 << 30})
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for n := 0; time.Now().Before(deadline); n++ {
+		_ = strings.Repeat("y", n%64)
+	}
+	s := m.stop()
+	if s.parts["self"] <= 0 {
+		t.Errorf("this process's CPU over 50 ms of work: %v, want > 0", s.parts["self"])
+	}
+	if _, ok := s.parts["gone"]; ok {
+		t.Error("a process that does not exist has a figure")
+	}
+	if s.machine < s.parts["self"] {
+		t.Errorf("the machine's busy time %v is below this process's %v", s.machine, s.parts["self"])
+	}
+}
