@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -90,6 +91,60 @@ func (s cpuSpent) note(bound int, system, harness time.Duration) string {
 	}
 	if s.machine > 0 {
 		fmt.Fprintf(&b, " + the rest %.2f", per(s.machine-known))
+	}
+	return b.String()
+}
+
+// idleRates measures, over window, the CPU per second of the system, the
+// harness (0 for an in-process system, which includes it), each control
+// plane part and the whole machine while the system runs with no pod to
+// place: what each costs per second whatever the pods. A run that lasts
+// longer pays it for longer, so it is part of the CPU per pod of a slower
+// run without being work on any pod.
+func idleRates(ctx context.Context, window time.Duration, pids map[string]int, system func() time.Duration, inProcess bool) (idleCPU, error) {
+	m := startCPUMeter(pids)
+	sys0, harness0 := system(), procstat.CPU()
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return idleCPU{}, ctx.Err()
+	case <-time.After(window):
+	}
+	spent := m.stop()
+	secs := time.Since(t0).Seconds()
+	out := idleCPU{parts: map[string]float64{}, system: (system() - sys0).Seconds() / secs, machine: spent.machine.Seconds() / secs}
+	if !inProcess {
+		out.harness = (procstat.CPU() - harness0).Seconds() / secs
+	}
+	for name, d := range spent.parts {
+		out.parts[name] = d.Seconds() / secs
+	}
+	return out, nil
+}
+
+// idleCPU is CPU seconds per second (cores) of each process while idle.
+type idleCPU struct {
+	parts                    map[string]float64
+	system, harness, machine float64
+}
+
+// note says the idle rates, in CPU ms per second.
+func (c idleCPU) note(window time.Duration) string {
+	if c.machine == 0 && c.system == 0 && len(c.parts) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(c.parts))
+	for name := range c.parts {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "CPU ms per second with the system started and no pod yet (%v before the clock): the whole machine %.0f, the system %.0f", window, c.machine*1000, c.system*1000)
+	if c.harness > 0 {
+		fmt.Fprintf(&b, ", the harness %.0f", c.harness*1000)
+	}
+	for _, name := range names {
+		fmt.Fprintf(&b, ", %s %.0f", name, c.parts[name]*1000)
 	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -42,5 +43,37 @@ func TestCPUMeterReadsThisProcess(t *testing.T) {
 	}
 	if s.machine < s.parts["self"] {
 		t.Errorf("the machine's busy time %v is below this process's %v", s.machine, s.parts["self"])
+	}
+}
+
+func TestIdleRates(t *testing.T) {
+	// The "system" is a counter that gains 30 ms of CPU per call after the
+	// first: its rate over the window must come out positive, and the
+	// note names every part measured.
+	var calls int
+	system := func() time.Duration { calls++; return time.Duration(calls) * 30 * time.Millisecond }
+	got, err := idleRates(context.Background(), 100*time.Millisecond, map[string]int{"self": os.Getpid()}, system, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.system <= 0 || got.system > 1 {
+		t.Errorf("system rate %.3f cores, want in (0, 1]", got.system)
+	}
+	if _, ok := got.parts["self"]; !ok {
+		t.Error("no rate for the process named self")
+	}
+	n := got.note(100 * time.Millisecond)
+	for _, want := range []string{"the whole machine", "the system", "self"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("note %q does not name %q", n, want)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := idleRates(ctx, time.Minute, nil, system, true); err == nil {
+		t.Error("a cancelled context: no error")
+	}
+	if n := (idleCPU{}).note(time.Second); n != "" {
+		t.Errorf("nothing measured: %q, want no note", n)
 	}
 }

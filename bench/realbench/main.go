@@ -120,9 +120,14 @@ type options struct {
 	nodes, pods, creators, groups int
 	warmup                        int
 	timeout                       time.Duration
-	modes                         []string
-	systems                       []sysSpec
-	out                           string
+	// idleWindow is how long each stream run measures every process's
+	// CPU with its system started and no pod, before the clock (0: not).
+	idleWindow time.Duration
+	// profileSeconds: see benchEnv.profileSeconds.
+	profileSeconds int
+	modes          []string
+	systems        []sysSpec
+	out            string
 	// chaos mode
 	rate          float64
 	chaosShards   int
@@ -156,6 +161,7 @@ func main() {
 	flag.Uint64Var(&seed, "seed", 1, "seed of -workload's generator")
 	flag.IntVar(&o.warmup, "warmup", 1000, "pods the binder binds before the measured runs, to warm up the API server and etcd (not reported; 0: none)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the scheduling part of one run")
+	flag.DurationVar(&o.idleWindow, "idle-window", 5*time.Second, "stream mode: how long each run first measures every process's CPU with its system started and no pod (0: not measured; at most 1m)")
 	flag.StringVar(&modes, "modes", modeStream, "modes to run, comma-separated: stream, backlog, chaos")
 	flag.StringVar(&modes, "mode", modeStream, "same as -modes")
 	flag.StringVar(&systems, "systems", "binder,shardsched-1,shardsched-3,kube-scheduler,kube-scheduler-qps",
@@ -171,6 +177,7 @@ func main() {
 	flag.DurationVar(&o.fault.stream, "fault-stream", 12*time.Second, "faults mode: each run creates its pods evenly over this long (the fault falls at 20–50 % of it)")
 	flag.DurationVar(&o.fault.timeout, "fault-timeout", 90*time.Second, "faults mode: bound on binding after a run's last pod was created")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.IntVar(&o.profileSeconds, "shard-cpuprofile-seconds", 0, "shardsched-proc-N: take a CPU profile of each shard process over this many seconds from the clock's start, into -out (0: none; at most 600)")
 	flag.BoolVar(&o.dumpMetrics, "dump-metrics", false, "print each shard's shardsched_* metrics to stderr when its run ends")
 	flag.Parse()
 	o.fault.scenarios = splitList(*faultScenarioList)
@@ -182,6 +189,11 @@ func main() {
 	}
 	if err := o.loadWorkload(workload, tier, seed); err != nil {
 		fail(2, err)
+	}
+	if o.profileSeconds > 0 {
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			fail(2, fmt.Errorf("-out: %w", err))
+		}
 	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -215,6 +227,12 @@ func (o *options) parse(modes, systems string) error {
 		return fmt.Errorf("-warmup=%d: must be 0..pods", o.warmup)
 	case o.timeout <= 0:
 		return fmt.Errorf("-timeout=%s: must be positive", o.timeout)
+	case o.profileSeconds < 0 || o.profileSeconds > 600:
+		return fmt.Errorf("-shard-cpuprofile-seconds=%d: must be 0..600", o.profileSeconds)
+	case o.profileSeconds > 0 && o.out == "":
+		return errors.New("-shard-cpuprofile-seconds: needs -out, where the profiles are written")
+	case o.idleWindow < 0 || o.idleWindow > time.Minute:
+		return fmt.Errorf("-idle-window=%s: must be 0..1m", o.idleWindow)
 	case !(o.rate > 0 && o.rate <= 10000):
 		return fmt.Errorf("-rate=%g: must be in (0, 10000]", o.rate)
 	case o.chaosShards < 3 || o.chaosShards > 16:
@@ -354,7 +372,7 @@ func run(o options) error {
 		return err
 	}
 	defer coordEtcd.Close()
-	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints, controlPIDs: cp.PIDs(), dumpMetrics: o.dumpMetrics, shardschedBin: shardschedBin}
+	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints, controlPIDs: cp.PIDs(), profileSeconds: o.profileSeconds, profileDir: o.out, dumpMetrics: o.dumpMetrics, shardschedBin: shardschedBin}
 
 	if o.warmup > 0 {
 		fmt.Fprintf(os.Stderr, "warming up: the binder binds %d pods...\n", o.warmup)

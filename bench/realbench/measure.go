@@ -140,6 +140,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	}
 	var cpu0, harness0 time.Duration
 	var meter *cpuMeter
+	var idleNote string
 	var api0 apiCounts
 	readAPI := func() apiCounts {
 		c, err := readAPICounts(rctx, env.cs)
@@ -162,9 +163,19 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if inst, err = sys.impl.start(rctx, env, run); err != nil {
 			return result{}, err
 		}
+		if o.idleWindow > 0 {
+			idle, err := idleRates(rctx, o.idleWindow, env.controlPIDs, inst.cpu, inst.inProcess)
+			if err != nil {
+				return result{}, err
+			}
+			idleNote = idle.note(o.idleWindow)
+		}
 		api0 = readAPI()
 		cpu0, harness0, start = inst.cpu(), procstat.CPU(), time.Now()
 		meter = startCPUMeter(env.controlPIDs)
+		if inst.clockStarted != nil {
+			inst.clockStarted(rctx)
+		}
 		monitor()
 		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
 		if err != nil {
@@ -219,6 +230,9 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if n := spent.note(bound, r.cpu, r.harnessCPU); n != "" {
 			r.notes = append(r.notes, n)
 		}
+	}
+	if idleNote != "" {
+		r.notes = append(r.notes, idleNote)
 	}
 	stop()
 	if api1 != nil {

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
@@ -38,8 +44,12 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 	if err != nil {
 		return nil, err
 	}
+	var extra []string
+	if env.profileSeconds > 0 {
+		extra = append(extra, "--profiling")
+	}
 	shards, err := startChaosShards(filepath.Join(env.dir, run.namespace), env.shardschedBin, p.shards, run.schedName,
-		directLinks(etcd.Endpoints[0], env.kubeconfig))
+		directLinks(etcd.Endpoints[0], env.kubeconfig), extra...)
 	if err != nil {
 		etcd.Close()
 		return nil, err
@@ -66,7 +76,23 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 	for i, s := range shards {
 		cpu0[i] = s.proc.cpu()
 	}
+	var profiles sync.WaitGroup
+	var profileNotes []string // one per shard, written before profiles.Done
 	return &instance{
+		clockStarted: func(ctx context.Context) {
+			if env.profileSeconds <= 0 {
+				return
+			}
+			profileNotes = make([]string, len(shards))
+			for i, s := range shards {
+				profiles.Add(1)
+				go func() {
+					defer profiles.Done()
+					path := filepath.Join(env.profileDir, fmt.Sprintf("cpu-%s-%s.pb.gz", run.namespace, s.name))
+					profileNotes[i] = fetchProfile(ctx, strings.TrimSuffix(s.metrics, "/metrics"), env.profileSeconds, path, s.name)
+				}()
+			}
+		},
 		cpu: func() time.Duration {
 			var sum time.Duration
 			for i, s := range shards {
@@ -77,7 +103,8 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 		check: func() error { return unexpectedExit(shards) },
 		stop:  stop,
 		finish: func(ctx context.Context) ([]string, error) {
-			var notes []string
+			profiles.Wait()
+			notes := slices.DeleteFunc(slices.Clone(profileNotes), func(n string) bool { return n == "" })
 			for i, s := range shards {
 				rss, err := procstat.PeakRSSMiBOf(s.proc.cmd.Process.Pid)
 				if err != nil {
@@ -120,4 +147,33 @@ func restartShard(ctx context.Context, shards []*chaosShard, i, total int) (read
 		return 0, 0, err
 	}
 	return ready, time.Since(t0), nil
+}
+
+// fetchProfile takes a CPU profile of seconds from the shard process
+// served at base (its --profiling endpoints) and writes it to path. It
+// returns the run's note on it: where it is, or why there is none (a
+// failed profile does not fail the run).
+func fetchProfile(ctx context.Context, base string, seconds int, path, name string) string {
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds), nil)
+	if err != nil {
+		return fmt.Sprintf("%s: no CPU profile: %v", name, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Sprintf("%s: no CPU profile: %v", name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	if err == nil {
+		err = os.WriteFile(path, body, 0o644)
+	}
+	if err != nil {
+		return fmt.Sprintf("%s: no CPU profile: %v", name, err)
+	}
+	return fmt.Sprintf("%s: CPU profile of the run's first %d s in %s", name, seconds, path)
 }

@@ -43,6 +43,11 @@ type benchEnv struct {
 	controlPIDs map[string]int
 	// dumpMetrics prints each shard's metrics when its run ends.
 	dumpMetrics bool
+	// profileSeconds, when positive, is how long a CPU profile of each
+	// shard process is taken for from the run's clock start, written into
+	// profileDir.
+	profileSeconds int
+	profileDir     string
 	// shardschedBin is cmd/shardsched, built when a run needs it.
 	shardschedBin string
 }
@@ -78,6 +83,9 @@ type instance struct {
 	// finish, when set, is called once the run's pods are bound, before
 	// stop: what it returns goes into the run's notes.
 	finish func(ctx context.Context) ([]string, error)
+	// clockStarted, when set, is called as the run's clock starts (the
+	// system may start measuring itself there).
+	clockStarted func(ctx context.Context)
 }
 
 // sysSpec is a system as named on the command line.

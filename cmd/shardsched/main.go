@@ -53,6 +53,7 @@ type options struct {
 	statusNamespace                               string
 	coordTokenFile                                string
 	insecureCoordinator                           bool
+	profiling                                     bool
 }
 
 // errVersion is parse's answer to --version: print the version and stop.
@@ -83,6 +84,7 @@ func parse(args []string) (options, error) {
 	fs.IntVar(&o.sessionTTL, "session-ttl", 10, "etcd session TTL in seconds")
 	fs.DurationVar(&o.statusFlush, "status-flush-interval", time.Second, "Queue/PodGroup status flush interval")
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz, /readyz")
+	fs.BoolVar(&o.profiling, "profiling", false, "also serve Go's profiles under /debug/pprof/ on --http-addr (as kube-scheduler's --profiling)")
 	fs.StringVar(&o.coordAddr, "coordinator-addr", ":7070", "coordinator listen address")
 	fs.StringVar(&o.coordAdvertise, "coordinator-advertise-addr", "", "coordinator URL other shards use (default http://$POD_IP:port)")
 	fs.StringVar(&o.coordTokenFile, "coordinator-token-file", "",
@@ -286,7 +288,7 @@ func run(o options, log *slog.Logger) error {
 	done := make(chan error, 1)
 	go func() {
 		done <- daemon.Run(ctx, daemon.Options{
-			Name: o.shardName, REST: rc, EtcdEndpoints: splitList(o.etcdEndpoints), EtcdTLS: tlsCfg, HTTPAddr: o.httpAddr,
+			Name: o.shardName, REST: rc, EtcdEndpoints: splitList(o.etcdEndpoints), EtcdTLS: tlsCfg, HTTPAddr: o.httpAddr, Profiling: o.profiling,
 			Shard: sc, Coordinator: cc, Scheduler: schedCfg, Status: stCfg, Logger: log, Tracer: tp,
 			NoImplicitGroups: !o.implicitGroups,
 			StatusNamespace:  o.statusNamespace,

@@ -50,7 +50,10 @@ type Options struct {
 	EtcdEndpoints []string
 	EtcdTLS       *tls.Config // nil: plain
 	// HTTPAddr serves /metrics, /healthz and /readyz; empty disables it.
-	HTTPAddr    string
+	HTTPAddr string
+	// Profiling also serves Go's profiles (net/http/pprof) under
+	// /debug/pprof/ on HTTPAddr, as kube-scheduler's --profiling does.
+	Profiling   bool
 	Shard       shard.Config // Name and APIAddr are set here; Partitions is the one setting of node partitions (the scheduler takes it)
 	Coordinator coordinator.Config
 	Scheduler   scheduler.Config

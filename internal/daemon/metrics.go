@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
@@ -142,6 +143,13 @@ func (d *Daemon) Handler() http.Handler {
 	// The read-only web UI (internal/ui).
 	mux.Handle("/ui/", ui.Handler(d.overview))
 	mux.Handle("/{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	if d.opts.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 
