@@ -31,6 +31,11 @@ type Snapshot struct {
 	list   []*api.NodeBooks // nodes sorted by name
 	copied int              // nodes copied by the last refresh
 	known  int              // nodes the cache knows, owned or not
+	// alloc is the sum of the nodes' allocatable when allocOK; a refresh
+	// that adds or removes a node or changes one's allocatable clears
+	// allocOK, and Allocatable sums again.
+	alloc   api.Resource
+	allocOK bool
 
 	groupsGen int64
 	groups    map[objKey]*snapGroup // only groups with pending tasks
@@ -88,8 +93,10 @@ func (s *Snapshot) updateNodes(c *Cache) {
 	for be := c.head; be != nil && be.b.Generation > s.generation; be = be.next {
 		cp := cloneBooks(&be.b)
 		name := cp.Node.Name
-		if _, ok := s.nodes[name]; !ok {
+		if old, ok := s.nodes[name]; !ok {
 			structural = true
+		} else if s.allocOK && !old.Node.Allocatable.Equal(cp.Node.Allocatable) {
+			s.allocOK = false
 		}
 		s.nodes[name] = cp
 		changed = append(changed, cp)
@@ -106,6 +113,7 @@ func (s *Snapshot) updateNodes(c *Cache) {
 	}
 	s.copied = len(changed)
 	if structural {
+		s.allocOK = false
 		s.list = s.list[:0]
 		for _, b := range s.nodes {
 			s.list = append(s.list, b)
@@ -314,6 +322,31 @@ func (s *Snapshot) Nodes() []*api.NodeBooks {
 		return nil
 	}
 	return cloneOrNil(s.list)
+}
+
+// Allocatable is the sum of the owned nodes' allocatable (the nodes of
+// Nodes), summed again only after a refresh that added or removed a node
+// or changed one's allocatable: most refreshes change only what is used.
+// ok is false when a dimension of the sum overflows int64.
+func (s *Snapshot) Allocatable() (api.Resource, bool) {
+	if s == nil {
+		return api.Resource{}, true
+	}
+	if !s.allocOK {
+		total, ok := api.Resource{}, true
+		for _, b := range s.list {
+			var err error
+			if total, err = total.Add(b.Node.Allocatable); err != nil {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			return api.Resource{}, false // summed again next time
+		}
+		s.alloc, s.allocOK = total, true
+	}
+	return s.alloc, true
 }
 
 // Book adds a task the cycle just assumed onto node (Cache.Assume, which

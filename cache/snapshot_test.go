@@ -457,6 +457,17 @@ func compareModel(t *testing.T, step int, c *Cache, s *Snapshot, m *model) {
 	if s.NumNodes() != owned {
 		t.Fatalf("step %d: %d nodes, model %d", step, s.NumNodes(), owned)
 	}
+	// The allocatable sum the snapshot keeps across refreshes, against
+	// the model's owned nodes summed now.
+	wantAlloc := api.Resource{}
+	for name, n := range m.nodes {
+		if m.owned(name) {
+			wantAlloc, _ = wantAlloc.Add(n.Allocatable)
+		}
+	}
+	if got, ok := s.Allocatable(); !ok || !got.Equal(wantAlloc) {
+		t.Fatalf("step %d: allocatable %v (ok %v), model %v", step, got, ok, wantAlloc)
+	}
 	pending := 0
 	for uid := range m.tasks {
 		if m.pending(uid) {

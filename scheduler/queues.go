@@ -45,10 +45,7 @@ func (s *Scheduler) QueueStatuses() map[string]api.QueueStatus {
 // deserved is unset, over the cluster's allocatable), the largest of these,
 // divided by the queue's weight. Lower goes first.
 func (s *Scheduler) queueShares(byQueue map[string][]*api.Job) map[string]float64 {
-	total := api.Resource{}
-	for _, n := range s.snap.Nodes() {
-		total, _ = total.Add(n.Node.Allocatable)
-	}
+	total, _ := s.snap.Allocatable() // on overflow no share falls back on it
 	tree := s.Tree()
 	out := map[string]float64{}
 	for q, js := range byQueue {
