@@ -75,15 +75,19 @@ func satAdd(a, b int64) int64 {
 // publishCapacity gossips this shard's capacity at most every
 // CapacityInterval, and only when it changed noticeably (a node more or
 // less, any GPU, or more than 1/64 of a CPU or memory figure) or, if it
-// changed at all, every 10 intervals.
+// changed at all, every 10 intervals. Between publications it sums the
+// capacity (a pass over every owned node) at most every quarter interval,
+// not every cycle: a change is gossiped at most a quarter interval later
+// than the cycle that made it.
 func (s *Scheduler) publishCapacity() {
 	if s.deps.Peers == nil {
 		return
 	}
 	now := s.cfg.Now()
-	if !s.ho.capAt.IsZero() && now.Sub(s.ho.capAt) < s.cfg.CapacityInterval {
+	if !s.ho.capAt.IsZero() && (now.Sub(s.ho.capAt) < s.cfg.CapacityInterval || now.Sub(s.ho.capChecked) < s.cfg.CapacityInterval/4) {
 		return
 	}
+	s.ho.capChecked = now
 	c := s.capacity()
 	old := s.ho.lastCap
 	if c == old && !s.ho.capAt.IsZero() {

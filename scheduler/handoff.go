@@ -71,7 +71,10 @@ type handoff struct {
 	// in flight (ErrClaimInUse): the drop is tried again every cycle.
 	dropping map[string]wire.Claim
 	capAt    time.Time // last capacity publication
-	lastCap  wire.Capacity
+	// capChecked is when the capacity was last summed to see whether it
+	// changed enough to publish.
+	capChecked time.Time
+	lastCap    wire.Capacity
 }
 
 type sentOffer struct {

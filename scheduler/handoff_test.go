@@ -761,6 +761,34 @@ func TestCapacityPublished(t *testing.T) {
 	}
 }
 
+// Between publications the capacity is summed at most every quarter of
+// CapacityInterval, not every cycle: a noticeable change made just after
+// a check is gossiped once a quarter interval has passed, not before.
+func TestCapacityCheckedAtMostEveryQuarterInterval(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("a", 8)
+	ctx := context.Background()
+	r.s.Cycle(ctx)
+	if n := len(r.peers.published); n != 1 {
+		t.Fatalf("published %d times after the first cycle, want 1", n)
+	}
+	iv := r.s.cfg.CapacityInterval
+	r.advance(iv)
+	r.s.Cycle(ctx) // checked: nothing changed
+	r.node("b", 16)
+	r.advance(iv/4 - time.Millisecond)
+	r.s.Cycle(ctx)
+	if n := len(r.peers.published); n != 1 {
+		t.Fatalf("published %d times within a quarter interval of the last check, want 1", n)
+	}
+	r.advance(time.Millisecond)
+	r.s.Cycle(ctx)
+	pub := r.peers.published
+	if len(pub) != 2 || pub[1].FreeMilliCPU != 24000 || pub[1].Nodes != 2 {
+		t.Fatalf("published %+v, want a second summary with 24 CPU free on 2 nodes a quarter interval after the check", pub)
+	}
+}
+
 // A bind's deadline is the partition use's (the shard may lose the record
 // with its lease soon after), never CallTimeout beyond it; with a lease
 // far ahead, CallTimeout bounds it.
