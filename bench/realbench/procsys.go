@@ -105,6 +105,16 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 		finish: func(ctx context.Context) ([]string, error) {
 			profiles.Wait()
 			notes := slices.DeleteFunc(slices.Clone(profileNotes), func(n string) bool { return n == "" })
+			for _, s := range shards {
+				m, err := scrapeMetrics(ctx, http.DefaultClient, s.metrics)
+				if err != nil {
+					notes = append(notes, fmt.Sprintf("%s: no breakdown of the pods' waits: %v", s.name, err))
+					continue
+				}
+				if n := waitsNote(m); n != "" {
+					notes = append(notes, s.name+": "+n)
+				}
+			}
 			for i, s := range shards {
 				rss, err := procstat.PeakRSSMiBOf(s.proc.cmd.Process.Pid)
 				if err != nil {
@@ -176,4 +186,36 @@ func fetchProfile(ctx context.Context, base string, seconds int, path, name stri
 		return fmt.Sprintf("%s: no CPU profile: %v", name, err)
 	}
 	return fmt.Sprintf("%s: CPU profile of the run's first %d s in %s", name, seconds, path)
+}
+
+// waitsNote sets out where a pod's time went in one shard, from the means
+// of its histograms (sum over count, since it started): creation to bind,
+// and the parts the shard measures on the way (a reservation call to the
+// coordinator, a job's placement, a placed pod's wait for a bind worker,
+// the bind call itself). Empty when no pod was bound.
+func waitsNote(m map[string]float64) string {
+	mean := func(h string) (float64, float64, bool) {
+		n := m[h+"_count"]
+		if n <= 0 {
+			return 0, 0, false
+		}
+		return m[h+"_sum"] / n, n, true
+	}
+	total, n, ok := mean("submit_to_bind_seconds")
+	if !ok {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "where a pod's time went (means of the shard's histograms): creation to bind %.0f ms over %.0f pods", total*1000, n)
+	for _, h := range []struct{ name, what string }{
+		{"reservation_seconds", "a reservation call"},
+		{"placement_seconds", "a job's placement in a cycle"},
+		{"bind_wait_seconds", "a placed pod's wait for a bind worker"},
+		{"bind_call_seconds", "a bind call"},
+	} {
+		if v, c, ok := mean(h.name); ok {
+			fmt.Fprintf(&b, "; %s %.1f ms (%.0f)", h.what, v*1000, c)
+		}
+	}
+	return b.String()
 }
