@@ -125,9 +125,11 @@ type options struct {
 	idleWindow time.Duration
 	// profileSeconds: see benchEnv.profileSeconds.
 	profileSeconds int
-	modes          []string
-	systems        []sysSpec
-	out            string
+	// apiProfileSeconds: see benchEnv.apiProfileSeconds.
+	apiProfileSeconds int
+	modes             []string
+	systems           []sysSpec
+	out               string
 	// chaos mode
 	rate          float64
 	chaosShards   int
@@ -178,6 +180,7 @@ func main() {
 	flag.DurationVar(&o.fault.timeout, "fault-timeout", 90*time.Second, "faults mode: bound on binding after a run's last pod was created")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.IntVar(&o.profileSeconds, "shard-cpuprofile-seconds", 0, "shardsched-proc-N: take a CPU profile of each shard process over this many seconds from the clock's start, into -out (0: none; at most 600)")
+	flag.IntVar(&o.apiProfileSeconds, "apiserver-cpuprofile-seconds", 0, "stream runs: take a CPU profile of kube-apiserver over this many seconds from each run's clock start, into -out (0: none; at most 600)")
 	flag.BoolVar(&o.dumpMetrics, "dump-metrics", false, "print each shard's shardsched_* metrics to stderr when its run ends")
 	flag.Parse()
 	o.fault.scenarios = splitList(*faultScenarioList)
@@ -190,7 +193,7 @@ func main() {
 	if err := o.loadWorkload(workload, tier, seed); err != nil {
 		fail(2, err)
 	}
-	if o.profileSeconds > 0 {
+	if o.profileSeconds > 0 || o.apiProfileSeconds > 0 {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			fail(2, fmt.Errorf("-out: %w", err))
 		}
@@ -231,6 +234,10 @@ func (o *options) parse(modes, systems string) error {
 		return fmt.Errorf("-shard-cpuprofile-seconds=%d: must be 0..600", o.profileSeconds)
 	case o.profileSeconds > 0 && o.out == "":
 		return errors.New("-shard-cpuprofile-seconds: needs -out, where the profiles are written")
+	case o.apiProfileSeconds < 0 || o.apiProfileSeconds > 600:
+		return fmt.Errorf("-apiserver-cpuprofile-seconds=%d: must be 0..600", o.apiProfileSeconds)
+	case o.apiProfileSeconds > 0 && o.out == "":
+		return errors.New("-apiserver-cpuprofile-seconds: needs -out, where the profiles are written")
 	case o.idleWindow < 0 || o.idleWindow > time.Minute:
 		return fmt.Errorf("-idle-window=%s: must be 0..1m", o.idleWindow)
 	case !(o.rate > 0 && o.rate <= 10000):
@@ -372,7 +379,7 @@ func run(o options) error {
 		return err
 	}
 	defer coordEtcd.Close()
-	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints, controlPIDs: cp.PIDs(), profileSeconds: o.profileSeconds, profileDir: o.out, dumpMetrics: o.dumpMetrics, shardschedBin: shardschedBin}
+	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints, controlPIDs: cp.PIDs(), profileSeconds: o.profileSeconds, apiProfileSeconds: o.apiProfileSeconds, profileDir: o.out, dumpMetrics: o.dumpMetrics, shardschedBin: shardschedBin}
 
 	if o.warmup > 0 {
 		fmt.Fprintf(os.Stderr, "warming up: the binder binds %d pods...\n", o.warmup)

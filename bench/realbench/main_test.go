@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -57,5 +58,33 @@ func TestFaultScenarios(t *testing.T) {
 		if r.Failed() {
 			t.Errorf("%s broke an invariant: %v\n%s", r.Name, r.Invariants, strings.Join(r.Notes, "\n"))
 		}
+	}
+}
+
+// -apiserver-cpuprofile-seconds: the real kube-apiserver answers the
+// harness's client with a profile (gzipped, as pprof writes it), and a
+// failed fetch is a note, not a failed run.
+func TestAPIServerProfile(t *testing.T) {
+	cfg := cp.Require(t)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "api.pb.gz")
+	note := fetchAPIServerProfile(context.Background(), cs, 1, path)
+	if !strings.Contains(note, "CPU profile of the run's first 1 s in "+path) {
+		t.Fatalf("note %q, want the profile's path", note)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("%d bytes, not a gzipped profile", len(b))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if note := fetchAPIServerProfile(ctx, cs, 1, filepath.Join(t.TempDir(), "none.pb.gz")); !strings.Contains(note, "kube-apiserver: no CPU profile") {
+		t.Errorf("cancelled fetch: note %q, want no profile", note)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -141,6 +142,11 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	var cpu0, harness0 time.Duration
 	var meter *cpuMeter
 	var idleNote string
+	// apiProfile is the kube-apiserver profile in flight (stream runs),
+	// apiProfileNote its note, written before apiProfile.Done.
+	var apiProfile sync.WaitGroup
+	var apiProfileNote string
+	defer func() { cancel(); apiProfile.Wait() }() // no goroutine outlives the run
 	var api0 apiCounts
 	readAPI := func() apiCounts {
 		c, err := readAPICounts(rctx, env.cs)
@@ -175,6 +181,14 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		meter = startCPUMeter(env.controlPIDs)
 		if inst.clockStarted != nil {
 			inst.clockStarted(rctx)
+		}
+		if env.apiProfileSeconds > 0 {
+			apiProfile.Add(1)
+			go func() {
+				defer apiProfile.Done()
+				path := filepath.Join(env.profileDir, fmt.Sprintf("cpu-%s-kube-apiserver.pb.gz", run.namespace))
+				apiProfileNote = fetchAPIServerProfile(rctx, env.cs, env.apiProfileSeconds, path)
+			}()
 		}
 		monitor()
 		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
@@ -233,6 +247,10 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	}
 	if idleNote != "" {
 		r.notes = append(r.notes, idleNote)
+	}
+	apiProfile.Wait()
+	if apiProfileNote != "" {
+		r.notes = append(r.notes, apiProfileNote)
 	}
 	stop()
 	if api1 != nil {

@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/shardsched/shardsched/bench/procstat"
@@ -164,21 +166,40 @@ func restartShard(ctx context.Context, shards []*chaosShard, i, total int) (read
 // returns the run's note on it: where it is, or why there is none (a
 // failed profile does not fail the run).
 func fetchProfile(ctx context.Context, base string, seconds int, path, name string) string {
+	return saveProfile(ctx, seconds, path, name, func(ctx context.Context) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+		}
+		return body, err
+	})
+}
+
+// fetchAPIServerProfile is fetchProfile for kube-apiserver, through the
+// harness's client (its /debug/pprof/, which --profiling, the default,
+// serves to an administrator).
+func fetchAPIServerProfile(ctx context.Context, cs kubernetes.Interface, seconds int, path string) string {
+	return saveProfile(ctx, seconds, path, "kube-apiserver", func(ctx context.Context) ([]byte, error) {
+		return cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
+	})
+}
+
+// saveProfile writes what get answers (within seconds and 30 s more) to
+// path, and returns the note on it.
+func saveProfile(ctx context.Context, seconds int, path, name string, get func(context.Context) ([]byte, error)) string {
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds), nil)
-	if err != nil {
-		return fmt.Sprintf("%s: no CPU profile: %v", name, err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Sprintf("%s: no CPU profile: %v", name, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
-	}
+	body, err := get(cctx)
 	if err == nil {
 		err = os.WriteFile(path, body, 0o644)
 	}

@@ -47,7 +47,11 @@ type benchEnv struct {
 	// shard process is taken for from the run's clock start, written into
 	// profileDir.
 	profileSeconds int
-	profileDir     string
+	// apiProfileSeconds, when positive, is how long a CPU profile of
+	// kube-apiserver is taken for from each stream run's clock start, also
+	// written into profileDir.
+	apiProfileSeconds int
+	profileDir        string
 	// shardschedBin is cmd/shardsched, built when a run needs it.
 	shardschedBin string
 }
