@@ -148,3 +148,51 @@ func (c idleCPU) note(window time.Duration) string {
 	}
 	return b.String()
 }
+
+// quietWait is how each run first waits for the machine to be quiet: the
+// previous run's deletes are answered before the namespace is empty, but
+// kwok, the API server's watchers and etcd go on working through them for
+// seconds after, and a system started then is measured on a machine still
+// busy with the run before (up to 0.5–1 core in the idle windows).
+type quietWait struct {
+	below  float64       // cores: quiet is the whole machine below this
+	window time.Duration // over one window
+	max    time.Duration // then the run starts anyway
+	// busy is the machine's busy CPU time so far (procstat.MachineBusy).
+	busy func() (time.Duration, error)
+}
+
+// wait measures the machine's CPU over successive windows until one is
+// below q.below cores, q.max has passed or ctx ends. It returns the run's
+// note: how long it waited and what it measured last.
+func (q quietWait) wait(ctx context.Context) (string, error) {
+	if q.below <= 0 {
+		return "", nil
+	}
+	t0 := time.Now()
+	prev, err := q.busy()
+	if err != nil {
+		return fmt.Sprintf("the machine's quiet not awaited: %v", err), nil
+	}
+	for {
+		w0 := time.Now()
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(q.window):
+		}
+		cur, err := q.busy()
+		if err != nil {
+			return fmt.Sprintf("the machine's quiet not awaited: %v", err), nil
+		}
+		cores := (cur - prev).Seconds() / time.Since(w0).Seconds()
+		prev = cur
+		waited := time.Since(t0)
+		if cores < q.below {
+			return fmt.Sprintf("waited %.1f s for the machine to be quiet before starting the system (%.2f cores busy over the last %s, below %.2f)", waited.Seconds(), cores, q.window, q.below), nil
+		}
+		if waited >= q.max {
+			return fmt.Sprintf("the machine was not quiet after %.0f s (%.2f cores busy over the last %s, not below %.2f): the system started anyway", waited.Seconds(), cores, q.window, q.below), nil
+		}
+	}
+}

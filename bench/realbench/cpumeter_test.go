@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -91,5 +92,64 @@ func TestWaitsNote(t *testing.T) {
 	}
 	if got := waitsNote(map[string]float64{"bind_call_seconds_count": 3}); got != "" {
 		t.Errorf("no pod bound: %q, want no note", got)
+	}
+}
+
+// fakeBusy is a machine busy with the given cores in successive windows
+// (the last value for the rest): each reading adds the cores of its
+// window times the real time since the reading before.
+func fakeBusy(cores ...float64) func() (time.Duration, error) {
+	var total time.Duration
+	var last time.Time
+	i := 0
+	return func() (time.Duration, error) {
+		now := time.Now()
+		if i > 0 {
+			total += time.Duration(cores[min(i-1, len(cores)-1)] * float64(now.Sub(last)))
+		}
+		last = now
+		i++
+		return total, nil
+	}
+}
+
+func TestQuietWait(t *testing.T) {
+	const w = 10 * time.Millisecond
+	// Busy for three windows, then quiet: it waits for the fourth.
+	q := quietWait{below: 0.3, window: w, max: time.Minute, busy: fakeBusy(1.2, 0.9, 0.6, 0.01)}
+	t0 := time.Now()
+	note, err := q.wait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d < 4*w {
+		t.Errorf("returned after %s, before the fourth window (the first quiet one)", d)
+	}
+	if !strings.HasPrefix(note, "waited ") || !strings.Contains(note, "below 0.30") {
+		t.Errorf("note %q, want a wait that ended quiet", note)
+	}
+	// Never quiet: it gives up after max.
+	q = quietWait{below: 0.3, window: w, max: 5 * w, busy: fakeBusy(1)}
+	if note, err = q.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(note, "not quiet") || !strings.Contains(note, "started anyway") {
+		t.Errorf("note %q, want a wait given up", note)
+	}
+	// Off: no wait, no note.
+	if note, err = (quietWait{}).wait(context.Background()); err != nil || note != "" {
+		t.Errorf("off: note %q, err %v; want neither", note, err)
+	}
+	// A failed reading is a note, not a failed run.
+	q = quietWait{below: 0.3, window: w, max: time.Minute, busy: func() (time.Duration, error) { return 0, errors.New("no /proc") }}
+	if note, err = q.wait(context.Background()); err != nil || !strings.Contains(note, "no /proc") {
+		t.Errorf("failed reading: note %q, err %v", note, err)
+	}
+	// The end of ctx ends it.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	q = quietWait{below: 0.3, window: w, max: time.Minute, busy: fakeBusy(1)}
+	if _, err = q.wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: err %v, want context.Canceled", err)
 	}
 }

@@ -104,6 +104,7 @@ import (
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
+	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/bench/workload"
 	"github.com/shardsched/shardsched/deploy"
@@ -123,6 +124,9 @@ type options struct {
 	// idleWindow is how long each stream run measures every process's
 	// CPU with its system started and no pod, before the clock (0: not).
 	idleWindow time.Duration
+	// quiet is how each run first waits for the machine to be quiet
+	// (busy set by main).
+	quiet quietWait
 	// profileSeconds: see benchEnv.profileSeconds.
 	profileSeconds int
 	// apiProfileSeconds: see benchEnv.apiProfileSeconds.
@@ -163,6 +167,8 @@ func main() {
 	flag.Uint64Var(&seed, "seed", 1, "seed of -workload's generator")
 	flag.IntVar(&o.warmup, "warmup", 1000, "pods the binder binds before the measured runs, to warm up the API server and etcd (not reported; 0: none)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the scheduling part of one run")
+	flag.Float64Var(&o.quiet.below, "quiet-below", 0.3, "stream and backlog modes: before each run, wait until the whole machine is busy below this many cores over a second (the run before's deletes still being worked through), at most -quiet-max (0: do not wait)")
+	flag.DurationVar(&o.quiet.max, "quiet-max", time.Minute, "the longest wait for -quiet-below, after which the run starts anyway (1s..10m)")
 	flag.DurationVar(&o.idleWindow, "idle-window", 5*time.Second, "stream mode: how long each run first measures every process's CPU with its system started and no pod (0: not measured; at most 1m)")
 	flag.StringVar(&modes, "modes", modeStream, "modes to run, comma-separated: stream, backlog, chaos")
 	flag.StringVar(&modes, "mode", modeStream, "same as -modes")
@@ -187,6 +193,7 @@ func main() {
 	if o.out != "" {
 		o.fault.logs = filepath.Join(o.out, "fault-logs")
 	}
+	o.quiet.window, o.quiet.busy = time.Second, procstat.MachineBusy
 	if err := o.parse(modes, systems); err != nil {
 		fail(2, err)
 	}
@@ -238,6 +245,10 @@ func (o *options) parse(modes, systems string) error {
 		return fmt.Errorf("-apiserver-cpuprofile-seconds=%d: must be 0..600", o.apiProfileSeconds)
 	case o.apiProfileSeconds > 0 && o.out == "":
 		return errors.New("-apiserver-cpuprofile-seconds: needs -out, where the profiles are written")
+	case !(o.quiet.below >= 0 && o.quiet.below <= 1024):
+		return fmt.Errorf("-quiet-below=%g: must be 0..1024 cores", o.quiet.below)
+	case o.quiet.max < time.Second || o.quiet.max > 10*time.Minute:
+		return fmt.Errorf("-quiet-max=%s: must be 1s..10m", o.quiet.max)
 	case o.idleWindow < 0 || o.idleWindow > time.Minute:
 		return fmt.Errorf("-idle-window=%s: must be 0..1m", o.idleWindow)
 	case !(o.rate > 0 && o.rate <= 10000):

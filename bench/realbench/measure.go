@@ -163,6 +163,10 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		}
 	}
 	defer stop()
+	quietNote, err := o.quiet.wait(rctx)
+	if err != nil {
+		return result{}, err
+	}
 	switch mode {
 	case modeStream:
 		var err error
@@ -244,6 +248,9 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if n := spent.note(bound, r.cpu, r.harnessCPU); n != "" {
 			r.notes = append(r.notes, n)
 		}
+	}
+	if quietNote != "" {
+		r.notes = append(r.notes, quietNote)
 	}
 	if idleNote != "" {
 		r.notes = append(r.notes, idleNote)
