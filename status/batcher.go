@@ -50,6 +50,10 @@ type Stats struct {
 	// retried, and the object's last written value is forgotten, so that
 	// the shard writes it again if it becomes the owner once more.
 	Fenced uint64
+	// Held counts the times a flush left a PodGroup's value pending
+	// because only its counts changed within Config.CountsEvery of its
+	// last write.
+	Held uint64
 }
 
 // Batcher coalesces Queue and PodGroup status per object and writes it in
@@ -65,7 +69,9 @@ type Batcher struct {
 	closed chan struct{}
 	// newTicker makes Run's interval ticker; tests replace it before Run.
 	newTicker func(time.Duration) (<-chan time.Time, func())
-	running   atomic.Bool
+	// now is the clock of CountsEvery; tests replace it before use.
+	now     func() time.Time
+	running atomic.Bool
 
 	// flushMu serializes flushes, so that no object is written twice at
 	// once. Lock order: flushMu, then mu.
@@ -91,8 +97,9 @@ type slot[V any] struct {
 	inflight bool          //
 	done     chan struct{} // closed when the write of sending has returned
 
-	written    V    // the last value written successfully
-	hasWritten bool //
+	written    V         // the last value written successfully
+	hasWritten bool      //
+	writtenAt  time.Time // when that write returned (Batcher.now)
 }
 
 // table holds the slots of one kind of object. Guarded by Batcher.mu.
@@ -101,6 +108,10 @@ type table[V any] struct {
 	pending map[string]*slot[V] // the slots with pending set
 	equal   func(a, b V) bool
 	clone   func(V) V
+	// minor, when set, tells a new value that may wait holdFor after the
+	// last write (Config.CountsEvery) from one that may not.
+	minor   func(want, written V) bool
+	holdFor time.Duration
 }
 
 func newTable[V any](equal func(a, b V) bool, clone func(V) V) table[V] {
@@ -110,6 +121,12 @@ func newTable[V any](equal func(a, b V) bool, clone func(V) V) table[V] {
 		equal:   equal,
 		clone:   clone,
 	}
+}
+
+// held reports whether the pending value of s waits (a minor change
+// within holdFor of the last write). Called with b.mu held.
+func (t *table[V]) held(s *slot[V], now time.Time) bool {
+	return t.minor != nil && t.holdFor > 0 && s.hasWritten && now.Sub(s.writtenAt) < t.holdFor && t.minor(s.want, s.written)
 }
 
 // New returns a Batcher that writes through w. It does nothing until Run
@@ -126,14 +143,17 @@ func New(w Writer, cfg Config) (*Batcher, error) {
 	}
 	closed := make(chan struct{})
 	close(closed)
+	groups := newTable(jobStatusEqual, cloneJobStatus)
+	groups.minor, groups.holdFor = countsOnly, cfg.CountsEvery
 	return &Batcher{
 		w:         w,
 		cfg:       cfg,
 		kick:      make(chan struct{}, 1),
 		closed:    closed,
 		newTicker: realTicker,
+		now:       time.Now,
 		queues:    newTable(queueStatusEqual, cloneQueueStatus),
-		groups:    newTable(jobStatusEqual, cloneJobStatus),
+		groups:    groups,
 	}, nil
 }
 
@@ -215,23 +235,23 @@ func (b *Batcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case <-tick:
-			_ = b.flush(ctx, keep, true)
+			_ = b.flush(ctx, keep, true, false)
 		case <-b.kick:
-			_ = b.flush(ctx, keep, false)
+			_ = b.flush(ctx, keep, false, false)
 		}
 	}
 	final, cancel := context.WithTimeout(keep, b.cfg.WriteTimeout)
 	defer cancel()
-	return b.flush(final, final, true)
+	return b.flush(final, final, true, true)
 }
 
-// Flush writes every pending value now, failed ones included, and returns
+// Flush writes every pending value now, failed and held ones included, and returns
 // when all writes have returned. It stops sending writes when ctx ends;
 // values not sent stay pending. The error reports the failed and unsent
 // writes; the values of failed writes stay pending unless a newer value
 // replaced them. Flush is for tests and shutdown; Run calls it on its own.
 func (b *Batcher) Flush(ctx context.Context) error {
-	return b.flush(ctx, ctx, true)
+	return b.flush(ctx, ctx, true, true)
 }
 
 // job is one write of a flush.
@@ -241,10 +261,10 @@ type job struct {
 }
 
 // flush takes the pending values (all of them, or only those that are not
-// waiting for a retry) and writes them with at most Concurrency writes at
-// once. It stops sending when dispatch ends; writes run under write, each
-// bounded by WriteTimeout.
-func (b *Batcher) flush(dispatch, write context.Context, all bool) error {
+// waiting for a retry or held; force takes the held ones too) and writes
+// them with at most Concurrency writes at once. It stops sending when
+// dispatch ends; writes run under write, each bounded by WriteTimeout.
+func (b *Batcher) flush(dispatch, write context.Context, all, force bool) error {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
 
@@ -254,10 +274,14 @@ func (b *Batcher) flush(dispatch, write context.Context, all bool) error {
 	default:
 	}
 	b.stats.Flushes++
-	jobs := collect(b, &b.queues, all, nil, func(ctx context.Context, queue, _, _ string, st api.QueueStatus) error {
+	now := b.now()
+	if force {
+		now = time.Time{} // nothing is held
+	}
+	jobs := collect(b, &b.queues, all, now, nil, func(ctx context.Context, queue, _, _ string, st api.QueueStatus) error {
 		return b.w.WriteQueueStatus(ctx, queue, st)
 	})
-	jobs = collect(b, &b.groups, all, jobs, func(ctx context.Context, uid, ns, name string, st api.JobStatus) error {
+	jobs = collect(b, &b.groups, all, now, jobs, func(ctx context.Context, uid, ns, name string, st api.JobStatus) error {
 		return b.w.WritePodGroupStatus(ctx, ns, name, uid, st)
 	})
 	b.mu.Unlock()
@@ -366,8 +390,11 @@ func unpend[V any](b *Batcher, t *table[V], key string, s *slot[V]) {
 }
 
 // collect moves the pending values of t (without the retries unless all)
-// to in flight and appends a job per value to jobs. Called with b.mu held.
-func collect[V any](b *Batcher, t *table[V], all bool, jobs []job,
+// to in flight and appends a job per value to jobs. A value held at now
+// (see table.held; none when now is zero) stays pending and waits, as a
+// retry does, for a tick flush, so that it no longer counts towards an
+// early one. Called with b.mu held.
+func collect[V any](b *Batcher, t *table[V], all bool, now time.Time, jobs []job,
 	send func(ctx context.Context, key, namespace, name string, v V) error) []job {
 	for key, s := range t.pending {
 		if s.retry && !all {
@@ -376,6 +403,14 @@ func collect[V any](b *Batcher, t *table[V], all bool, jobs []job,
 		if s.hasWritten && t.equal(s.want, s.written) {
 			b.stats.Coalesced++ // a failed write left behind a value the server has
 			unpend(b, t, key, s)
+			continue
+		}
+		if !now.IsZero() && t.held(s, now) {
+			if !s.retry {
+				s.retry = true
+				b.ready--
+			}
+			b.stats.Held++
 			continue
 		}
 		v, retry, ns, name := s.want, s.retry, s.namespace, s.name
@@ -414,7 +449,7 @@ func finish[V any](b *Batcher, t *table[V], key string, s *slot[V], retry bool, 
 	}
 	switch {
 	case err == nil:
-		s.written, s.hasWritten = v, true
+		s.written, s.hasWritten, s.writtenAt = v, true, b.now()
 	case s.pending:
 		// A newer value arrived during the write: it wins, v is dropped.
 		b.stats.Coalesced++

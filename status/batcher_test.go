@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		"MaxPending":   func(c *Config) { c.MaxPending = 0 },
 		"WriteTimeout": func(c *Config) { c.WriteTimeout = -time.Second },
 		"Concurrency":  func(c *Config) { c.Concurrency = maxConcurrency + 1 },
+		"CountsEvery":  func(c *Config) { c.CountsEvery = -time.Second },
 	} {
 		cfg := DefaultConfig()
 		mod(&cfg)
@@ -493,5 +495,69 @@ func TestStatusTypesFieldsAreCovered(t *testing.T) {
 		if typ.NumField() != n {
 			t.Errorf("%v has %d fields, equal.go knows %d: update queueStatusEqual/jobStatusEqual and the clones", typ, typ.NumField(), n)
 		}
+	}
+}
+
+// A PodGroup whose counts alone changed is written at most every
+// CountsEvery (at a tick flush), while a change of phase goes out at the
+// next flush; a held value does not ask for early flushes; Flush writes it.
+func TestCountsOnlyChangeIsHeld(t *testing.T) {
+	w := newFakeWriter()
+	b := newTestBatcher(t, w, func(c *Config) { c.MaxPending = 2; c.CountsEvery = 5 * time.Second })
+	var clock atomic.Int64 // seconds after t0
+	t0 := time.Now()
+	b.now = func() time.Time { return t0.Add(time.Duration(clock.Load()) * time.Second) }
+	ticker := useFakeTicker(b)
+	startRun(t, b)
+	running := func(n int32) api.JobStatus { return api.JobStatus{Phase: api.JobRunning, Running: n} }
+	writes := func() int { return len(w.groupWrites("u1")) }
+
+	b.SetPodGroup("ns", "pg", "u1", running(1))
+	ticker.tick(t, b)
+	if writes() != 1 {
+		t.Fatalf("%d writes of the first value, want 1", writes())
+	}
+	clock.Store(1)
+	b.SetPodGroup("ns", "pg", "u1", running(2))
+	ticker.tick(t, b)
+	if st := b.Stats(); writes() != 1 || st.Held != 1 || st.Pending != 1 {
+		t.Fatalf("a count change 1 s after the last write: %d writes, stats %+v; want it held", writes(), st)
+	}
+	// The held value with a newer count and another group's new value
+	// reach MaxPending: the early flush writes the other group only, and
+	// the held value no longer counts towards another.
+	b.SetPodGroup("ns", "pg", "u1", running(3))
+	b.SetPodGroup("ns", "pg2", "u2", api.JobStatus{Phase: api.JobInqueue})
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(w.groupWrites("u2")) == 1 && !flushing(b) }, "the early flush is written")
+	if writes() != 1 || len(b.kick) != 0 {
+		t.Fatalf("after the early flush: %d writes of u1, kick %d; want u1 still held and no flush asked", writes(), len(b.kick))
+	}
+	// 5 s after the write, the next tick writes the latest count.
+	clock.Store(5)
+	ticker.tick(t, b)
+	if g := w.groupWrites("u1"); len(g) != 2 || g[1].st.Running != 3 {
+		t.Fatalf("u1 writes %v, want the count 3 written once 5 s passed", g)
+	}
+	// A change of phase is not held, however soon.
+	clock.Store(6)
+	b.SetPodGroup("ns", "pg", "u1", api.JobStatus{Phase: api.JobCompleted, Succeeded: 3})
+	ticker.tick(t, b)
+	if g := w.groupWrites("u1"); len(g) != 3 || g[2].st.Phase != api.JobCompleted {
+		t.Fatalf("u1 writes %v, want the phase change written at once", g)
+	}
+	// Flush writes a held value.
+	b.SetPodGroup("ns", "pg", "u1", api.JobStatus{Phase: api.JobCompleted, Succeeded: 3, Failed: 1})
+	ticker.tick(t, b)
+	if writes() != 3 {
+		t.Fatalf("%d writes, want the count change held", writes())
+	}
+	if err := b.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if g := w.groupWrites("u1"); len(g) != 4 || g[3].st.Failed != 1 {
+		t.Fatalf("u1 writes %v, want Flush to write the held value", g)
+	}
+	if st := b.Stats(); st.Pending != 0 {
+		t.Fatalf("stats %+v, want nothing pending", st)
 	}
 }

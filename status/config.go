@@ -21,6 +21,15 @@ type Config struct {
 	// Concurrency is the number of writes in flight at once during a flush.
 	// Default 8.
 	Concurrency int
+	// CountsEvery is the least time between two writes of a PodGroup whose
+	// new status differs from the last written only in its counts
+	// (running, succeeded, failed): such a value waits for the first tick
+	// flush this long after that write, while a change of phase or
+	// conditions goes out at the next flush as before. A gang binding pod
+	// by pod otherwise cost a PodGroup PATCH every Interval (0.25 per pod
+	// at 1,000 nodes, ~0.4 ms of kube-apiserver CPU per pod). Flush and
+	// Run's final flush write held values too. 0 holds nothing. Default 5s.
+	CountsEvery time.Duration
 	// Tracer provides a span per flush; nil means no tracing.
 	Tracer trace.TracerProvider
 }
@@ -31,6 +40,7 @@ const (
 	DefaultMaxPending   = 1000
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultConcurrency  = 8
+	DefaultCountsEvery  = 5 * time.Second
 )
 
 // maxConcurrency bounds Concurrency: more parallel writes than this from one
@@ -38,13 +48,15 @@ const (
 const maxConcurrency = 1024
 
 // DefaultConfig returns production defaults: flush every second or at 1,000
-// pending objects, 8 writes in parallel, 10 s per write.
+// pending objects, 8 writes in parallel, 10 s per write, a PodGroup's
+// changed counts alone at most every 5 s.
 func DefaultConfig() Config {
 	return Config{
 		Interval:     DefaultInterval,
 		MaxPending:   DefaultMaxPending,
 		WriteTimeout: DefaultWriteTimeout,
 		Concurrency:  DefaultConcurrency,
+		CountsEvery:  DefaultCountsEvery,
 	}
 }
 
@@ -59,6 +71,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("status WriteTimeout %v: must be positive", c.WriteTimeout)
 	case c.Concurrency < 1 || c.Concurrency > maxConcurrency:
 		return fmt.Errorf("status Concurrency %d: must be between 1 and %d", c.Concurrency, maxConcurrency)
+	case c.CountsEvery < 0:
+		return fmt.Errorf("status CountsEvery %v: must not be negative", c.CountsEvery)
 	}
 	return nil
 }

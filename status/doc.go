@@ -15,6 +15,14 @@
 // A Queue is keyed by its name; a PodGroup by its UID, so a PodGroup deleted
 // and re-created under the same name is a different object (F4).
 //
+// A PodGroup whose new status differs from the last written only in its
+// counts (running, succeeded, failed) is written at most every
+// CountsEvery: a gang binding pod by pod would otherwise be patched at
+// every flush, at an API server cost per pod close to a pod's own status
+// patch. Its phase and conditions, which controllers act on (Volcano's job
+// controller creates a job's pods once its PodGroup is Inqueue), go out at
+// the next flush as any other change.
+//
 // # What it must never do (F3)
 //
 //   - Hold more than one pending value per object: a newer value replaces the

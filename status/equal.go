@@ -34,6 +34,13 @@ func jobStatusEqual(a, b api.JobStatus) bool {
 	return true
 }
 
+// countsOnly reports whether a and b differ in their counts alone: the
+// same phase and conditions.
+func countsOnly(a, b api.JobStatus) bool {
+	a.Running, a.Succeeded, a.Failed = b.Running, b.Succeeded, b.Failed
+	return jobStatusEqual(a, b)
+}
+
 func cloneJobStatus(s api.JobStatus) api.JobStatus {
 	s.Conditions = slices.Clone(s.Conditions)
 	return s

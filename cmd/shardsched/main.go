@@ -45,7 +45,7 @@ type options struct {
 	nodePools                                     string
 	pools                                         *regexp.Regexp // nodePools compiled by parse
 	bindWorkers                                   int
-	statusFlush                                   time.Duration
+	statusFlush, groupCounts                      time.Duration
 	httpAddr, coordAddr, coordAdvertise, logLevel string
 	shutdownTimeout                               time.Duration
 	implicitGroups                                bool
@@ -83,6 +83,7 @@ func parse(args []string) (options, error) {
 		"bind calls in flight at once (1..1024): too few and placed pods queue for a worker (each call is an API server round trip)")
 	fs.IntVar(&o.sessionTTL, "session-ttl", 10, "etcd session TTL in seconds")
 	fs.DurationVar(&o.statusFlush, "status-flush-interval", time.Second, "Queue/PodGroup status flush interval")
+	fs.DurationVar(&o.groupCounts, "podgroup-counts-interval", status.DefaultCountsEvery, "least time between two status writes of a PodGroup when only its running/succeeded/failed counts changed (a phase or condition change is written at the next flush); 0 writes counts at every flush")
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz, /readyz")
 	fs.BoolVar(&o.profiling, "profiling", false, "also serve Go's profiles under /debug/pprof/ on --http-addr (as kube-scheduler's --profiling)")
 	fs.StringVar(&o.coordAddr, "coordinator-addr", ":7070", "coordinator listen address")
@@ -128,6 +129,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--session-ttl=%d: must be between 1 and 3600", o.sessionTTL)
 	case o.statusFlush < 10*time.Millisecond || o.statusFlush > 10*time.Minute:
 		return fmt.Errorf("--status-flush-interval=%s: must be between 10ms and 10m", o.statusFlush)
+	case o.groupCounts < 0 || o.groupCounts > 10*time.Minute:
+		return fmt.Errorf("--podgroup-counts-interval=%s: must be between 0 and 10m", o.groupCounts)
 	case o.gossipPort < 0 || o.gossipPort > 65535:
 		return fmt.Errorf("--gossip-port=%d: must be 0..65535", o.gossipPort)
 	case o.gossipAdvertisePort < 0 || o.gossipAdvertisePort > 65535:
@@ -273,6 +276,7 @@ func run(o options, log *slog.Logger) error {
 	schedCfg.SchedulerName, schedCfg.Strategy = o.schedulerName, o.strategy // partitions: the shard config's, taken by the assembly
 	stCfg := status.DefaultConfig()
 	stCfg.Interval = o.statusFlush
+	stCfg.CountsEvery = o.groupCounts
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -22,6 +22,7 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		{append(base, "--node-pools=^(gpu"), "--node-pools"},
 		{append(base, "--session-ttl=-1"), "--session-ttl"},
 		{append(base, "--status-flush-interval=1ns"), "--status-flush-interval"},
+		{append(base, "--podgroup-counts-interval=-1s"), "--podgroup-counts-interval"},
 		{append(base, "--gossip-port=70000"), "--gossip-port"},
 		{append(base, "--gossip-advertise-port=-2"), "--gossip-advertise-port"},
 		{append(base, "--etcd-cert-file=/x"), "--etcd-cert-file"},
