@@ -251,8 +251,16 @@ func (s *Scheduler) recordReserve(r admitReq, res wire.Result, err error) bool {
 		amount := res.Reservation.Amount
 		rec.setCover(&amount)
 		rec.admitWait = quotaBackoff{}
+		// A batch Job's next wave may be admitted on a snapshot that has
+		// not seen the Completed this shard wrote for the wave before:
+		// what it sent counts as much as what it sees.
+		completed := rec.phaseSent.phase == api.JobCompleted
+		inqueue := (j.Phase == api.JobPending || j.Phase == api.JobCompleted || j.Phase == "" || completed) && r.bound < int(max(j.MinMember, 1))
+		if inqueue {
+			rec.phaseSent = phaseKey{phase: api.JobInqueue, running: int32(r.bound)}
+		}
 		s.mu.Unlock()
-		if (j.Phase == api.JobPending || j.Phase == api.JobCompleted || j.Phase == "") && r.bound < int(max(j.MinMember, 1)) {
+		if inqueue {
 			s.setPodGroup(j.Namespace, j.Name, j.UID, api.JobStatus{Phase: api.JobInqueue, Running: int32(r.bound)})
 		}
 	case errors.As(err, &qe) && qe.NeverFits():

@@ -251,8 +251,8 @@ func (s *Scheduler) takeOffers(ctx context.Context) []wire.Claim {
 			}
 			continue
 		}
-		if j == nil || j.Phase == api.JobCompleted {
-			continue
+		if j == nil || (j.Phase == api.JobCompleted && !s.hasPendingHere(j)) {
+			continue // a Completed group with new pending pods is taken like any other
 		}
 		ready, need, ok := s.readyGang(j)
 		if !ok {

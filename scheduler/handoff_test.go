@@ -733,6 +733,61 @@ func TestClaimerPlacesOfferedJob(t *testing.T) {
 	}
 }
 
+// A batch Job's next wave comes into a PodGroup whose phase still says
+// Completed (the owner's Inqueue may not be written yet, or was decided on
+// a snapshot that had not seen Completed): offered to a shard with room,
+// it is claimed and placed like any pending gang, not skipped as finished
+// (it was, and such jobs waited to the end of a 30-minute churn when their
+// GPU nodes were another shard's).
+func TestClaimerTakesCompletedGroupWithNewPods(t *testing.T) {
+	r := newRig(t, "shard-t", wire.QueueKey("q")) // not the queue's owner
+	r.node("big-1", 8)
+	r.gang("wave", 2, 3)
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "wave", UID: "wave", Queue: "q", MinMember: 2, Phase: api.JobCompleted})
+	r.gang("done", 0, 1) // a finished job, nothing pending: still skipped
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "done", UID: "done", Queue: "q", MinMember: 1, Phase: api.JobCompleted})
+	r.claims.put(wire.Claim{Job: "wave", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
+	r.claims.put(wire.Claim{Job: "done", Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
+	if _, err := r.quota.Reserve(context.Background(), wire.JobRef{Namespace: "ns", Name: "wave", UID: "wave"}, "q", api.NewResource(6000, 0, nil)); err != nil {
+		t.Fatal(err)
+	}
+	r.cycles(t, 2)
+	if c, ok := r.claims.get("wave"); !ok || c.State != wire.Claimed || c.To != "shard-t" {
+		t.Fatalf("record of the new wave: %+v (present %v), want claimed by shard-t", c, ok)
+	}
+	b := r.binder.Binds()
+	if b["wave-0"] != "big-1" || b["wave-1"] != "big-1" || len(b) != 2 {
+		t.Fatalf("binds %v, want the wave's 2 tasks on big-1", b)
+	}
+	if c, ok := r.claims.get("done"); ok && c.State == wire.Claimed {
+		t.Fatalf("the offer of a finished job was claimed: %+v", c)
+	}
+}
+
+// The owner admits a batch Job's next wave on a snapshot that has not seen
+// the Completed it wrote for the wave before (the PodGroup still shows
+// Running there): it writes Inqueue all the same, or the group would stay
+// Completed for every other shard.
+func TestNextWaveWritesInqueueOverTheCompletedSent(t *testing.T) {
+	r := newRig(t, "shard-o")
+	st := &recStatus{groups: map[string]api.JobStatus{}}
+	r.s = r.newScheduler(t, 1, st)
+	tree, err := api.BuildTree([]api.QueueSpec{{Name: "q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s.SetTree(tree)
+	r.gang("wave", 2, 3) // no node: admitted, not placed
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "wave", UID: "wave", Queue: "q", MinMember: 2, Phase: api.JobRunning})
+	r.s.mu.Lock()
+	r.s.rec("wave").phaseSent = phaseKey{phase: api.JobCompleted, succeeded: 2}
+	r.s.mu.Unlock()
+	r.s.Cycle(context.Background())
+	if got := st.phase("wave"); got != string(api.JobInqueue) {
+		t.Fatalf("phase written %q, want Inqueue (calls %v)", got, r.quota.Calls())
+	}
+}
+
 // The capacity gossiped is the free CPU of the schedulable nodes and the
 // largest free node, republished when it changes noticeably.
 func TestCapacityPublished(t *testing.T) {

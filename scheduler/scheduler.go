@@ -500,6 +500,16 @@ func (s *Scheduler) pendingHere(t *api.Task) bool {
 	return (t.Phase == api.TaskPending || t.Phase == "") && t.NodeName == "" && t.SchedulerName == s.cfg.SchedulerName
 }
 
+// hasPendingHere reports whether j has a task waiting for this scheduler.
+func (s *Scheduler) hasPendingHere(j *api.Job) bool {
+	for _, t := range s.snap.PendingOfJob(j.Namespace, j.Name) {
+		if s.pendingHere(t) {
+			return true
+		}
+	}
+	return false
+}
+
 // jobCounts is jobTasks' counts without the pending list: for the callers
 // that only count, every cycle, over every admitted job.
 func (s *Scheduler) jobCounts(j *api.Job) (pending, bound, done int) {
