@@ -27,7 +27,7 @@ type Config struct {
 	// flush this long after that write, while a change of phase or
 	// conditions goes out at the next flush as before. A gang binding pod
 	// by pod otherwise cost a PodGroup PATCH every Interval (0.25 per pod
-	// at 1,000 nodes, ~0.4 ms of kube-apiserver CPU per pod). Flush and
+	// at 1,000 nodes, ~0.3 ms of kube-apiserver CPU per pod). Flush and
 	// Run's final flush write held values too. 0 holds nothing. Default 5s.
 	CountsEvery time.Duration
 	// Tracer provides a span per flush; nil means no tracing.
