@@ -235,14 +235,14 @@ func (b *Batcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case <-tick:
-			_ = b.flush(ctx, keep, true, false)
+			_ = b.flush(ctx, keep, tickFlush)
 		case <-b.kick:
-			_ = b.flush(ctx, keep, false, false)
+			_ = b.flush(ctx, keep, earlyFlush)
 		}
 	}
 	final, cancel := context.WithTimeout(keep, b.cfg.WriteTimeout)
 	defer cancel()
-	return b.flush(final, final, true, true)
+	return b.flush(final, final, allFlush)
 }
 
 // Flush writes every pending value now, failed and held ones included, and returns
@@ -251,8 +251,17 @@ func (b *Batcher) Run(ctx context.Context) error {
 // writes; the values of failed writes stay pending unless a newer value
 // replaced them. Flush is for tests and shutdown; Run calls it on its own.
 func (b *Batcher) Flush(ctx context.Context) error {
-	return b.flush(ctx, ctx, true, true)
+	return b.flush(ctx, ctx, allFlush)
 }
+
+// flushKind is what a flush takes of the pending values.
+type flushKind int
+
+const (
+	earlyFlush flushKind = iota // new values only: no retry, nothing held
+	tickFlush                   // retries too, and held values whose wait is over
+	allFlush                    // everything (Flush, and Run's last flush)
+)
 
 // job is one write of a flush.
 type job struct {
@@ -260,11 +269,10 @@ type job struct {
 	finish func(err error) // called with b.mu held
 }
 
-// flush takes the pending values (all of them, or only those that are not
-// waiting for a retry or held; force takes the held ones too) and writes
-// them with at most Concurrency writes at once. It stops sending when
-// dispatch ends; writes run under write, each bounded by WriteTimeout.
-func (b *Batcher) flush(dispatch, write context.Context, all, force bool) error {
+// flush takes the pending values kind says and writes them with at most
+// Concurrency writes at once. It stops sending when dispatch ends; writes
+// run under write, each bounded by WriteTimeout.
+func (b *Batcher) flush(dispatch, write context.Context, kind flushKind) error {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
 
@@ -275,13 +283,10 @@ func (b *Batcher) flush(dispatch, write context.Context, all, force bool) error 
 	}
 	b.stats.Flushes++
 	now := b.now()
-	if force {
-		now = time.Time{} // nothing is held
-	}
-	jobs := collect(b, &b.queues, all, now, nil, func(ctx context.Context, queue, _, _ string, st api.QueueStatus) error {
+	jobs := collect(b, &b.queues, kind, now, nil, func(ctx context.Context, queue, _, _ string, st api.QueueStatus) error {
 		return b.w.WriteQueueStatus(ctx, queue, st)
 	})
-	jobs = collect(b, &b.groups, all, now, jobs, func(ctx context.Context, uid, ns, name string, st api.JobStatus) error {
+	jobs = collect(b, &b.groups, kind, now, jobs, func(ctx context.Context, uid, ns, name string, st api.JobStatus) error {
 		return b.w.WritePodGroupStatus(ctx, ns, name, uid, st)
 	})
 	b.mu.Unlock()
@@ -389,15 +394,15 @@ func unpend[V any](b *Batcher, t *table[V], key string, s *slot[V]) {
 	delete(t.pending, key)
 }
 
-// collect moves the pending values of t (without the retries unless all)
-// to in flight and appends a job per value to jobs. A value held at now
-// (see table.held; none when now is zero) stays pending and waits, as a
-// retry does, for a tick flush, so that it no longer counts towards an
-// early one. Called with b.mu held.
-func collect[V any](b *Batcher, t *table[V], all bool, now time.Time, jobs []job,
+// collect moves the pending values of t that kind takes to in flight and
+// appends a job per value to jobs. Unless kind is allFlush, a value held
+// at now (see table.held) stays pending and waits, as a retry does, for a
+// tick flush, so that it no longer counts towards an early one. Called
+// with b.mu held.
+func collect[V any](b *Batcher, t *table[V], kind flushKind, now time.Time, jobs []job,
 	send func(ctx context.Context, key, namespace, name string, v V) error) []job {
 	for key, s := range t.pending {
-		if s.retry && !all {
+		if s.retry && kind == earlyFlush {
 			continue
 		}
 		if s.hasWritten && t.equal(s.want, s.written) {
@@ -405,7 +410,7 @@ func collect[V any](b *Batcher, t *table[V], all bool, now time.Time, jobs []job
 			unpend(b, t, key, s)
 			continue
 		}
-		if !now.IsZero() && t.held(s, now) {
+		if kind != allFlush && t.held(s, now) {
 			if !s.retry {
 				s.retry = true
 				b.ready--
