@@ -6,8 +6,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sort"
@@ -20,20 +22,12 @@ import (
 // scrapeMetrics reads the unlabelled shardsched_* series of one /metrics
 // page, without the prefix.
 func scrapeMetrics(ctx context.Context, client *http.Client, url string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := httpGet(ctx, client, url)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
 		name, value, ok := strings.Cut(sc.Text(), " ")
@@ -45,6 +39,25 @@ func scrapeMetrics(ctx context.Context, client *http.Client, url string) (map[st
 		}
 	}
 	return out, sc.Err()
+}
+
+// httpGet is the body of a GET of url, an error unless it answers 200 OK
+// (with the start of the body it did answer).
+func httpGet(ctx context.Context, client *http.Client, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s: %.200s", url, resp.Status, bytes.TrimSpace(body))
+	}
+	return body, err
 }
 
 // ownerSample is one scrape round over the live shards.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -70,11 +71,6 @@ func (s cpuSpent) note(bound int, system, harness time.Duration) string {
 		return ""
 	}
 	per := func(d time.Duration) float64 { return d.Seconds() / float64(bound) * 1000 }
-	names := make([]string, 0, len(s.parts))
-	for name := range s.parts {
-		names = append(names, name)
-	}
-	slices.Sort(names)
 	var b strings.Builder
 	b.WriteString("CPU s per 1000 bound pods over the run:")
 	if s.machine > 0 {
@@ -85,7 +81,7 @@ func (s cpuSpent) note(bound int, system, harness time.Duration) string {
 	if harness > 0 {
 		fmt.Fprintf(&b, " + the harness %.2f", per(harness))
 	}
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(s.parts)) {
 		fmt.Fprintf(&b, " + %s %.2f", name, per(s.parts[name]))
 		known += s.parts[name]
 	}
@@ -133,17 +129,12 @@ func (c idleCPU) note(window time.Duration) string {
 	if c.machine == 0 && c.system == 0 && len(c.parts) == 0 {
 		return ""
 	}
-	names := make([]string, 0, len(c.parts))
-	for name := range c.parts {
-		names = append(names, name)
-	}
-	slices.Sort(names)
 	var b strings.Builder
 	fmt.Fprintf(&b, "CPU ms per second with the system started and no pod yet (%v before the clock): the whole machine %.0f, the system %.0f", window, c.machine*1000, c.system*1000)
 	if c.harness > 0 {
 		fmt.Fprintf(&b, ", the harness %.0f", c.harness*1000)
 	}
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(c.parts)) {
 		fmt.Fprintf(&b, ", %s %.0f", name, c.parts[name]*1000)
 	}
 	return b.String()

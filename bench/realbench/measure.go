@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -142,11 +141,10 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	var cpu0, harness0 time.Duration
 	var meter *cpuMeter
 	var idleNote string
-	// apiProfile is the kube-apiserver profile in flight (stream runs),
-	// apiProfileNote its note, written before apiProfile.Done.
-	var apiProfile sync.WaitGroup
-	var apiProfileNote string
-	defer func() { cancel(); apiProfile.Wait() }() // no goroutine outlives the run
+	// profiles are the CPU profiles taken from the clock's start (stream
+	// runs).
+	var profiles profileSet
+	defer func() { cancel(); profiles.wait() }() // no goroutine outlives the run
 	var api0 apiCounts
 	readAPI := func() apiCounts {
 		c, err := readAPICounts(rctx, env.cs)
@@ -184,15 +182,13 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		cpu0, harness0, start = inst.cpu(), procstat.CPU(), time.Now()
 		meter = startCPUMeter(env.controlPIDs)
 		if inst.clockStarted != nil {
-			inst.clockStarted(rctx)
+			inst.clockStarted(rctx, &profiles)
 		}
 		if env.apiProfileSeconds > 0 {
-			apiProfile.Add(1)
-			go func() {
-				defer apiProfile.Done()
-				path := filepath.Join(env.profileDir, fmt.Sprintf("cpu-%s-kube-apiserver.pb.gz", run.namespace))
-				apiProfileNote = fetchAPIServerProfile(rctx, env.cs, env.apiProfileSeconds, path)
-			}()
+			path := env.profilePath(run, "kube-apiserver")
+			profiles.take(rctx, func(ctx context.Context) string {
+				return fetchAPIServerProfile(ctx, env.cs, env.apiProfileSeconds, path)
+			})
 		}
 		monitor()
 		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
@@ -239,10 +235,14 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	if !inst.inProcess {
 		r.harnessCPU = procstat.CPU() - harness0
 	}
+	// The profiles end before finish, which may restart a shard.
+	r.notes = profiles.wait()
 	if inst.finish != nil {
-		if r.notes, err = inst.finish(rctx); err != nil {
+		notes, err := inst.finish(rctx)
+		if err != nil {
 			return result{}, err
 		}
+		r.notes = append(r.notes, notes...)
 	}
 	if _, bound := w.counts(); bound > 0 {
 		if n := spent.note(bound, r.cpu, r.harnessCPU); n != "" {
@@ -254,10 +254,6 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	}
 	if idleNote != "" {
 		r.notes = append(r.notes, idleNote)
-	}
-	apiProfile.Wait()
-	if apiProfileNote != "" {
-		r.notes = append(r.notes, apiProfileNote)
 	}
 	stop()
 	if api1 != nil {

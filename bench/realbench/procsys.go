@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -78,21 +76,16 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 	for i, s := range shards {
 		cpu0[i] = s.proc.cpu()
 	}
-	var profiles sync.WaitGroup
-	var profileNotes []string // one per shard, written before profiles.Done
 	return &instance{
-		clockStarted: func(ctx context.Context) {
+		clockStarted: func(ctx context.Context, profiles *profileSet) {
 			if env.profileSeconds <= 0 {
 				return
 			}
-			profileNotes = make([]string, len(shards))
-			for i, s := range shards {
-				profiles.Add(1)
-				go func() {
-					defer profiles.Done()
-					path := filepath.Join(env.profileDir, fmt.Sprintf("cpu-%s-%s.pb.gz", run.namespace, s.name))
-					profileNotes[i] = fetchProfile(ctx, strings.TrimSuffix(s.metrics, "/metrics"), env.profileSeconds, path, s.name)
-				}()
+			for _, s := range shards {
+				path := env.profilePath(run, s.name)
+				profiles.take(ctx, func(ctx context.Context) string {
+					return fetchProfile(ctx, strings.TrimSuffix(s.metrics, "/metrics"), env.profileSeconds, path, s.name)
+				})
 			}
 		},
 		cpu: func() time.Duration {
@@ -105,8 +98,7 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 		check: func() error { return unexpectedExit(shards) },
 		stop:  stop,
 		finish: func(ctx context.Context) ([]string, error) {
-			profiles.Wait()
-			notes := slices.DeleteFunc(slices.Clone(profileNotes), func(n string) bool { return n == "" })
+			var notes []string
 			for _, s := range shards {
 				m, err := scrapeMetrics(ctx, http.DefaultClient, s.metrics)
 				if err != nil {
@@ -167,21 +159,38 @@ func restartShard(ctx context.Context, shards []*chaosShard, i, total int) (read
 // failed profile does not fail the run).
 func fetchProfile(ctx context.Context, base string, seconds int, path, name string) string {
 	return saveProfile(ctx, seconds, path, name, func(ctx context.Context) ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds), nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
-		}
-		return body, err
+		return httpGet(ctx, http.DefaultClient, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds))
 	})
+}
+
+// profileSet is the CPU profiles a run takes in the background from its
+// clock's start (each shard process's, kube-apiserver's), and their notes.
+type profileSet struct {
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	notes []string
+}
+
+// take runs fetch (which takes one profile and returns its note, "" for
+// none) in the background.
+func (p *profileSet) take(ctx context.Context, fetch func(context.Context) string) {
+	p.wg.Go(func() {
+		n := fetch(ctx)
+		if n == "" {
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.notes = append(p.notes, n)
+	})
+}
+
+// wait returns the notes of the profiles taken, sorted, once all are done.
+func (p *profileSet) wait() []string {
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(slices.Values(p.notes))
 }
 
 // fetchAPIServerProfile is fetchProfile for kube-apiserver, through the

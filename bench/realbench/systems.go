@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +57,11 @@ type benchEnv struct {
 	shardschedBin string
 }
 
+// profilePath is where a run's CPU profile of name is written.
+func (env *benchEnv) profilePath(run runSpec, name string) string {
+	return filepath.Join(env.profileDir, fmt.Sprintf("cpu-%s-%s.pb.gz", run.namespace, name))
+}
+
 // runSpec names one run: the namespace its pods live in and the
 // schedulerName they ask for.
 type runSpec struct {
@@ -88,8 +94,9 @@ type instance struct {
 	// stop: what it returns goes into the run's notes.
 	finish func(ctx context.Context) ([]string, error)
 	// clockStarted, when set, is called as the run's clock starts (the
-	// system may start measuring itself there).
-	clockStarted func(ctx context.Context)
+	// system may start measuring itself there: profiles it takes go into
+	// the run's set, whose notes the run waits for before finish).
+	clockStarted func(ctx context.Context, profiles *profileSet)
 }
 
 // sysSpec is a system as named on the command line.
