@@ -41,7 +41,8 @@ type jobRec struct {
 	// statusSent: a PodGroup status was handed to Status (so prune makes
 	// Status forget it once the job is gone).
 	statusSent bool
-	// phaseSent is the phase and counts syncPhase last wrote.
+	// phaseSent is the phase and counts last handed to Status: by
+	// syncPhase, or by recordReserve's Inqueue for a job admitted again.
 	phaseSent phaseKey
 	// nominatedAt: when the coordinator first answered with a nominated
 	// reservation (quota taken back for it); cleared once its gang is

@@ -81,7 +81,7 @@ type Batcher struct {
 	mu     sync.Mutex
 	queues table[api.QueueStatus] // by queue name
 	groups table[api.JobStatus]   // by PodGroup UID
-	ready  int                    // pending slots that are not waiting for a retry
+	ready  int                    // pending slots an early flush takes (not retries, not held)
 	stats  Stats                  // Pending and Objects are computed by Stats()
 }
 
@@ -91,7 +91,7 @@ type slot[V any] struct {
 
 	want    V    // the latest value not yet handed to a write
 	pending bool // want is set, and the slot is in table.pending
-	retry   bool // want is the value of a failed write: only a tick flush takes it
+	retry   bool // want is a failed write's value, or a held one (table.held): only a tick flush takes it
 
 	sending  V             // the value being written
 	inflight bool          //
