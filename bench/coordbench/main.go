@@ -47,6 +47,7 @@ type options struct {
 	groupDelay time.Duration
 	groupOps   int
 	ceiling    bool
+	cpuprofile string
 }
 
 func parseInts(flagName, s string) ([]int, error) {
@@ -71,20 +72,8 @@ func main() {
 	flag.DurationVar(&o.groupDelay, "group-delay", 0, "coordinator group delay (0: commit when no request waits)")
 	flag.IntVar(&o.groupOps, "max-group-ops", 128, "coordinator calls per group and operations per etcd Txn, 1..4096 (etcd's --max-txn-ops is raised to match)")
 	flag.BoolVar(&o.ceiling, "etcd-ceiling", false, "also measure etcd alone: Txns of -max-group-ops reservation-sized puts under a lease, guarded like the leader's, with 1, 2, 4 and 8 in flight (the most any layout of one key per reservation can reach, pipelined or not)")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the coordinator's runs (not the naive baseline's) to this file; with several configurations, one file each, named <file>.<clients>x<inflight>")
 	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "coordbench: -cpuprofile:", err)
-			os.Exit(2)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, "coordbench: -cpuprofile:", err)
-			os.Exit(2)
-		}
-		defer pprof.StopCPUProfile()
-	}
 	var err error
 	if o.clients, err = parseInts("clients", *clients); err == nil {
 		o.inflight, err = parseInts("inflight", *inflight)
@@ -100,7 +89,6 @@ func main() {
 		os.Exit(2)
 	}
 	if err := run(o); err != nil {
-		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "coordbench:", err)
 		os.Exit(1)
 	}
@@ -179,7 +167,12 @@ func run(o options) error {
 			// when their sessions end, the leader releases their tentative
 			// reservations, which are not part of the run.
 			var st coordinator.Stats
-			ours, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, func() { st = srv.Stats() })
+			stopProfile, err := startProfile(o, len(o.clients)*len(o.inflight) > 1, n, inf)
+			if err != nil {
+				return err
+			}
+			ours, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, func() { st = srv.Stats(); stopProfile() })
+			stopProfile()
 			if err != nil {
 				return err
 			}
@@ -207,6 +200,33 @@ func run(o options) error {
 		return etcdCeiling(ctx, scli, o)
 	}
 	return nil
+}
+
+// startProfile starts the CPU profile of one coordinator run, when asked
+// for; the function it returns stops it (at most once).
+func startProfile(o options, several bool, clients, inflight int) (stop func(), err error) {
+	if o.cpuprofile == "" {
+		return func() {}, nil
+	}
+	path := o.cpuprofile
+	if several {
+		path = fmt.Sprintf("%s.%dx%d", path, clients, inflight)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		})
+	}, nil
 }
 
 // etcdCeiling measures the write rate of the run's etcd alone: each Txn
