@@ -39,8 +39,8 @@ type Config struct {
 	Now func() time.Time
 	// AdmitParallelism bounds the coordinator calls in flight at once:
 	// reservations of different queues (a queue's own jobs are reserved
-	// one after another, in priority order), confirms and releases. 0
-	// means 32.
+	// one after another, in priority order), resizes, confirms and
+	// releases. 0 means 256 (defaultCallParallelism).
 	AdmitParallelism int
 	// Hand-off of jobs that do not fit on this shard (see handoff.go);
 	// zero values mean the defaults. OfferTimeout: an offer nobody claimed
@@ -64,6 +64,13 @@ type Config struct {
 	// minutes.
 	InqueueTimeout time.Duration
 }
+
+// defaultCallParallelism is what the coordinator client sends at once
+// with its defaults (two batches of 128 calls in flight): with fewer, a
+// cycle that resizes or confirms many jobs (a burst) waits one round trip
+// per 32 of them, each carrying a few calls, while the client could carry
+// them all in one or two.
+const defaultCallParallelism = 256
 
 // DefaultConfig returns bin-packing, 20 ms cycles and 32 bind workers.
 func DefaultConfig() Config {

@@ -247,7 +247,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		cfg.InqueueTimeout = 3 * time.Minute
 	}
 	if cfg.AdmitParallelism <= 0 {
-		cfg.AdmitParallelism = 32
+		cfg.AdmitParallelism = defaultCallParallelism
 	}
 	cfg.handoffDefaults()
 	var obs Observer = noObserver{}

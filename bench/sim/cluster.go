@@ -34,7 +34,10 @@ type Cluster struct {
 
 	mu      sync.Mutex
 	lenders map[string]bool // reclaim scenario: lending leaves (guarded by mu)
-	caches  []*cache.Cache
+	// lastBind is the wall time the last bind ended (its events in every
+	// cache): a burst's placement throughput runs to it.
+	lastBind time.Time
+	caches   []*cache.Cache
 	// timeCaches: fanout times each cache's update into cacheTime (a
 	// virtual CPU per shard charges each shard its own cache's work).
 	timeCaches bool
@@ -487,7 +490,16 @@ func (c *Cluster) Bind(t *api.Task, node, shard string, fenced bool) error {
 	}
 	c.tailLocked(p.job, wait)
 	c.fanout(func(ca *cache.Cache) { ca.AddOrUpdateTask(p.t) })
+	c.lastBind = time.Now()
 	return nil
+}
+
+// LastBind returns the wall time the last bind ended (zero before the
+// first).
+func (c *Cluster) LastBind() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastBind
 }
 
 // unbookLocked takes a bound pod off its node and its queues.

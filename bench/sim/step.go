@@ -42,7 +42,7 @@ type driver struct {
 	lastProgressBinds int64
 	lastProgressAt    time.Duration
 	stepsIdle         int       // burst: steps since the last bind
-	lastBindWall      time.Time // burst: when the last pod was bound
+	lastBindWall      time.Time // burst: when the step that bound the last pod ended
 
 	vcpu    vcpuAccount   // VirtualCPU only
 	faults  []*fault      // chaos only
@@ -361,10 +361,17 @@ func (d *driver) stepFigures(e ending) {
 	run.WallSeconds = wall.Seconds()
 	run.VirtualSeconds = d.vt.Seconds()
 	run.PodsPerSec = float64(st.Binds) / wall.Seconds()
-	if d.w.Burst && !d.lastBindWall.IsZero() {
+	if last := d.s.cl.LastBind(); d.w.Burst && last.After(d.wallStart) {
 		// Placement throughput: up to the last bind, not the idle steps
-		// that wait to see whether anything else will fit.
-		run.PodsPerSec = float64(st.Binds) / d.lastBindWall.Sub(d.wallStart).Seconds()
+		// that wait to see whether anything else will fit, nor the rest
+		// of the step that bound it (its confirms, the sample). Until
+		// 2026-11-25 it ran to that step's end; the note gives both.
+		run.PodsPerSec = float64(st.Binds) / last.Sub(d.wallStart).Seconds()
+		if !d.lastBindWall.IsZero() {
+			run.Notes = append(run.Notes, fmt.Sprintf("placement throughput up to the last bind %.0f pods/s (%s); up to the end of the step that bound it %.0f pods/s (%s), as measured before 2026-11-25",
+				run.PodsPerSec, last.Sub(d.wallStart).Round(time.Millisecond),
+				float64(st.Binds)/d.lastBindWall.Sub(d.wallStart).Seconds(), d.lastBindWall.Sub(d.wallStart).Round(time.Millisecond)))
+		}
 	}
 	if d.cfg.VirtualCPU {
 		d.vcpuFigures()
