@@ -43,6 +43,11 @@
 // idempotent by UID). Tentative reservations that expire with their shard's
 // lease reach the leader through a watch on the reservation prefix.
 //
+// A client given the Server of its own process (ClientConfig.Local) hands
+// its batches to it directly while that Server leads: the same calls
+// through the same leader loop, without HTTP or JSON. Whatever it does not
+// settle (the Server stopped leading) goes to the leader over HTTP.
+//
 // A shard asks for a queue's jobs in one batch (Client.ReserveInOrder):
 // each reserve after the first names the one before it, and the leader,
 // applying them in order, answers ErrBehind without trying one whose

@@ -200,51 +200,10 @@ func (s *Server) routes() http.Handler {
 		if !decode(w, r, &items) {
 			return
 		}
-		if len(items) > maxBatch {
-			s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "batch of more than 1024 items"}})
+		out, err := s.batch(r.Context(), items)
+		if err != nil {
+			s.writeReply(w, r.Context(), result{err: err})
 			return
-		}
-		calls := make([]*call, len(items))
-		for i, it := range items {
-			switch {
-			case it.Op == "reserve" && it.Reserve != nil:
-				calls[i] = &call{kind: opReserve, reserve: *it.Reserve}
-			case it.Op == "confirm":
-				calls[i] = &call{kind: opConfirm, uid: it.UID}
-			case it.Op == "release":
-				calls[i] = &call{kind: opRelease, uid: it.UID}
-			case it.Op == "resize" && it.Resize != nil:
-				calls[i] = &call{kind: opResize, resize: *it.Resize, uid: it.Resize.UID}
-			default:
-				s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "batch item " + itoa(int64(i)) + ": unknown op " + it.Op}})
-				return
-			}
-			if it.Behind != 0 {
-				if it.Behind < 1 || it.Behind > i || calls[i].kind != opReserve || calls[it.Behind-1].kind != opReserve {
-					s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "batch item " + itoa(int64(i)) + ": behind must name an earlier reserve (1-based) from a reserve"}})
-					return
-				}
-				calls[i].behind = calls[it.Behind-1]
-			}
-		}
-		spans := make([]trace.Span, len(items))
-		for i, it := range items {
-			q, uid := "", it.UID
-			if it.Reserve != nil {
-				q, uid = it.Reserve.Queue, it.Reserve.Job.UID
-			}
-			_, spans[i] = s.span(propagation.TraceContext{}.Extract(r.Context(), propagation.MapCarrier(it.Trace)), calls[i].kind, uid, q)
-		}
-		results := s.submitMany(r.Context(), calls)
-		for i, res := range results {
-			endSpan(spans[i], res.err)
-		}
-		out := batchReply{Replies: make([]reply, len(results))}
-		for i, res := range results {
-			out.Replies[i] = reply{result: res}
-			if res.err != nil {
-				_, out.Replies[i].Error = toWire(res.err)
-			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
@@ -256,6 +215,56 @@ func (s *Server) routes() http.Handler {
 		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opEvicting}))
 	})
 	return mux
+}
+
+// batch answers a batch of calls, one reply per item in order: the body of
+// POST /v1/batch, or a client in this process (ClientConfig.Local). A
+// malformed batch is refused whole (ErrInvalid) before any call is applied.
+func (s *Server) batch(ctx context.Context, items []batchItem) (batchReply, error) {
+	if len(items) > maxBatch {
+		return batchReply{}, &wrapped{ErrInvalid, "batch of more than 1024 items"}
+	}
+	calls := make([]*call, len(items))
+	for i, it := range items {
+		switch {
+		case it.Op == "reserve" && it.Reserve != nil:
+			calls[i] = &call{kind: opReserve, reserve: *it.Reserve}
+		case it.Op == "confirm":
+			calls[i] = &call{kind: opConfirm, uid: it.UID}
+		case it.Op == "release":
+			calls[i] = &call{kind: opRelease, uid: it.UID}
+		case it.Op == "resize" && it.Resize != nil:
+			calls[i] = &call{kind: opResize, resize: *it.Resize, uid: it.Resize.UID}
+		default:
+			return batchReply{}, &wrapped{ErrInvalid, "batch item " + itoa(int64(i)) + ": unknown op " + it.Op}
+		}
+		if it.Behind != 0 {
+			if it.Behind < 1 || it.Behind > i || calls[i].kind != opReserve || calls[it.Behind-1].kind != opReserve {
+				return batchReply{}, &wrapped{ErrInvalid, "batch item " + itoa(int64(i)) + ": behind must name an earlier reserve (1-based) from a reserve"}
+			}
+			calls[i].behind = calls[it.Behind-1]
+		}
+	}
+	spans := make([]trace.Span, len(items))
+	for i, it := range items {
+		q, uid := "", it.UID
+		if it.Reserve != nil {
+			q, uid = it.Reserve.Queue, it.Reserve.Job.UID
+		}
+		_, spans[i] = s.span(propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(it.Trace)), calls[i].kind, uid, q)
+	}
+	results := s.submitMany(ctx, calls)
+	for i, res := range results {
+		endSpan(spans[i], res.err)
+	}
+	out := batchReply{Replies: make([]reply, len(results))}
+	for i, res := range results {
+		out.Replies[i] = reply{result: res}
+		if res.err != nil {
+			_, out.Replies[i].Error = toWire(res.err)
+		}
+	}
+	return out, nil
 }
 
 // span starts the leader-side span of one request, as a child of the

@@ -148,6 +148,9 @@ func New(ctx context.Context, o Options, p Ports) (_ *Proc, err error) {
 	pr.partitions, pr.pools = pr.Shard.Partitions(), pr.Shard.NodePools()
 	qcfg := coordinator.DefaultClientConfig()
 	qcfg.Prefix, qcfg.Shard, qcfg.LeaseFunc, qcfg.Tracer, qcfg.Token = ccfg.Prefix, o.Name, pr.Shard.Lease, o.Tracer, ccfg.Token
+	// While this process's participant leads, the shard's calls go to it
+	// in-process (no HTTP, no JSON).
+	qcfg.Local = pr.Coord
 	if pr.Quota, err = coordinator.NewClient(o.Etcd, qcfg); err != nil {
 		return nil, err
 	}
