@@ -315,6 +315,7 @@ func TestAgainstModel(t *testing.T) {
 					n := mkNode(name, int64(1+r.intn(4)), 8, int64(1+r.intn(4)))
 					n.UID = fmt.Sprintf("%s-uid-%d", name, r.intn(2))
 					n.Labels["rev"] = fmt.Sprint(r.intn(3))
+					n.Unschedulable = r.intn(4) == 0
 					c.AddOrUpdateNode(n)
 					m.nodes[name] = n
 				case 2: // node delete, maybe stale
@@ -468,6 +469,11 @@ func compareModel(t *testing.T, step int, c *Cache, s *Snapshot, m *model) {
 	if got, ok := s.Allocatable(); !ok || !got.Equal(wantAlloc) {
 		t.Fatalf("step %d: allocatable %v (ok %v), model %v", step, got, ok, wantAlloc)
 	}
+	// The free room the snapshot keeps node by node, against the model's
+	// schedulable, in-sync owned nodes recounted now.
+	if got, want := s.Free(), modelFree(m); !got.Equal(want) {
+		t.Fatalf("step %d: free %v, model %v", step, got, want)
+	}
 	pending := 0
 	for uid := range m.tasks {
 		if m.pending(uid) {
@@ -495,6 +501,29 @@ func compareModel(t *testing.T, step int, c *Cache, s *Snapshot, m *model) {
 	if err := verify(c); err != nil {
 		t.Fatalf("step %d: %v", step, err)
 	}
+}
+
+// modelFree is what the model's owned nodes that are schedulable and in
+// sync have free, each at least 0, without the pod count.
+func modelFree(m *model) api.Resource {
+	sum := map[string]int64{}
+	for name, n := range m.nodes {
+		used, _, cnt := m.books(name)
+		if !m.owned(name) || n.Unschedulable || overflowReason(used, n.Allocatable, cnt) != "" {
+			continue
+		}
+		sum[api.CPU] += max(n.Allocatable.MilliCPU-used.MilliCPU, 0)
+		sum[api.Memory] += max(n.Allocatable.Memory-used.Memory, 0)
+		for k, v := range n.Allocatable.Scalars {
+			if k != api.Pods {
+				sum[k] += max(v-used.Get(k), 0)
+			}
+		}
+	}
+	cpu, mem := sum[api.CPU], sum[api.Memory]
+	delete(sum, api.CPU)
+	delete(sum, api.Memory)
+	return api.NewResource(cpu, mem, sum)
 }
 
 // randTime is one of a few creation times a second apart, or unknown.
@@ -580,6 +609,9 @@ func TestSnapshotBook(t *testing.T) {
 		Request: api.NewResource(3000, 1<<30, map[string]int64{api.Pods: 1})})
 	var s Snapshot
 	c.UpdateSnapshot(&s)
+	if got, want := s.Free(), api.NewResource(8000, 8<<30, nil); !got.Equal(want) {
+		t.Fatalf("free room before Book: %v, want %v", got, want)
+	}
 	if err := c.Assume("t", "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -588,6 +620,9 @@ func TestSnapshotBook(t *testing.T) {
 	b, _ := s.Node("n1")
 	if b.Used.MilliCPU != 3000 || b.Tasks != 1 || b.Used.Get(api.Pods) != 1 {
 		t.Fatalf("snapshot books after Book: %+v", b)
+	}
+	if got, want := s.Free(), api.NewResource(5000, 7<<30, nil); !got.Equal(want) {
+		t.Fatalf("free room after Book: %v, want %v", got, want)
 	}
 	c.UpdateSnapshot(&s)
 	b, _ = s.Node("n1")
@@ -598,6 +633,9 @@ func TestSnapshotBook(t *testing.T) {
 	c.UpdateSnapshot(&s)
 	if b, _ = s.Node("n1"); b.Used.MilliCPU != 0 || b.Tasks != 0 {
 		t.Fatalf("after Forget: %+v, want empty books", b)
+	}
+	if got, want := s.Free(), api.NewResource(8000, 8<<30, nil); !got.Equal(want) {
+		t.Fatalf("free room after Forget: %v, want %v", got, want)
 	}
 }
 

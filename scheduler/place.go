@@ -69,7 +69,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	var work []roled
 	var resizes []resizeReq
 	keepCover := map[string]bool{} // jobs whose reservation nobody else can have resized
-	room := &lazyRoom{nodes: nodes}
+	room := &lazyRoom{snap: s.snap}
 	for _, j := range jobs {
 		role := roles[j]
 		pending, bound, _ := s.jobTasks(j)
@@ -247,30 +247,6 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 			}
 		}
 	}
-}
-
-// freeRoom is what the schedulable, in-sync nodes have free (without the
-// pod count), summed in place: it runs in cycles where a job may grow.
-func freeRoom(nodes []*api.NodeBooks) api.Resource {
-	var cpu, mem int64
-	var sc map[string]int64
-	for _, n := range nodes {
-		if n.OutOfSync || n.Node.Unschedulable {
-			continue
-		}
-		a, u := n.Node.Allocatable, n.Used
-		cpu += max(a.MilliCPU-u.MilliCPU, 0)
-		mem += max(a.Memory-u.Memory, 0)
-		for k, v := range a.Scalars {
-			if f := v - u.Scalars[k]; f > 0 && k != api.Pods {
-				if sc == nil {
-					sc = map[string]int64{}
-				}
-				sc[k] += f
-			}
-		}
-	}
-	return api.NewResource(cpu, mem, sc)
 }
 
 // readyTasks returns the pending tasks that may be placed now: not those

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/wire"
 )
 
@@ -234,18 +235,18 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 	return resizeReq{job: j, targets: targets}, true
 }
 
-// lazyRoom is what this shard's nodes have free, computed the first time a
-// cycle needs it (most cycles have no job to grow), less what earlier
-// grows of the cycle took. Loop only.
+// lazyRoom is what this shard's nodes have free (the snapshot's Free),
+// read the first time a cycle needs it (most cycles have no job to grow),
+// less what earlier grows of the cycle took. Loop only.
 type lazyRoom struct {
-	nodes []*api.NodeBooks
-	done  bool
-	free  api.Resource
+	snap *cache.Snapshot
+	done bool
+	free api.Resource
 }
 
 func (r *lazyRoom) get() *api.Resource {
 	if !r.done {
-		r.free, r.done = freeRoom(r.nodes), true
+		r.free, r.done = r.snap.Free(), true
 	}
 	return &r.free
 }
