@@ -27,6 +27,14 @@ func benchCache(n int) *Cache {
 	return c
 }
 
+// snapshotOf returns benchCache(n) and a snapshot refreshed from it.
+func snapshotOf(n int) (*Cache, *Snapshot) {
+	c := benchCache(n)
+	s := &Snapshot{}
+	c.UpdateSnapshot(s)
+	return c, s
+}
+
 // touch changes the books of 1% of the nodes (100 distinct nodes for
 // n = 10,000): a task lands on each.
 func touch(c *Cache, n, round int) {
@@ -45,9 +53,7 @@ func BenchmarkUpdateSnapshot(b *testing.B) {
 	const n = 10000
 	for _, mode := range []string{"incremental-1pct", "full-copy"} {
 		b.Run(mode, func(b *testing.B) {
-			c := benchCache(n)
-			var s Snapshot
-			c.UpdateSnapshot(&s)
+			c, s := snapshotOf(n)
 			copied := 0
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -55,10 +61,10 @@ func BenchmarkUpdateSnapshot(b *testing.B) {
 				b.StopTimer()
 				touch(c, n, i+1)
 				if mode == "full-copy" {
-					s = Snapshot{}
+					*s = Snapshot{}
 				}
 				b.StartTimer()
-				c.UpdateSnapshot(&s)
+				c.UpdateSnapshot(s)
 				copied += s.NodesCopied()
 			}
 			b.ReportMetric(float64(copied)/float64(b.N), "nodes-copied/op")
@@ -181,9 +187,7 @@ func BenchmarkSnapshotFree(b *testing.B) {
 	const n = 1000
 	for _, mode := range []string{"incremental", "summed"} {
 		b.Run(mode, func(b *testing.B) {
-			c := benchCache(n)
-			var s Snapshot
-			c.UpdateSnapshot(&s)
+			c, s := snapshotOf(n)
 			s.Free()
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -192,14 +196,12 @@ func BenchmarkSnapshotFree(b *testing.B) {
 				if i%1000 == 999 {
 					// A fresh cluster before the nodes fill up (each round
 					// adds 10 pods).
-					c = benchCache(n)
-					s = Snapshot{}
-					c.UpdateSnapshot(&s)
+					c, s = snapshotOf(n)
 					s.Free()
 				}
 				touch(c, n, i+1)
 				b.StartTimer()
-				c.UpdateSnapshot(&s)
+				c.UpdateSnapshot(s)
 				if mode == "summed" {
 					s.freeOK = false
 				}
