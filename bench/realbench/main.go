@@ -177,7 +177,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "also write the report (Markdown, JSON, plots) into this directory")
 	flag.Float64Var(&o.rate, "rate", 100, "chaos mode: pods created per second (the creators are rate-limited)")
 	flag.IntVar(&o.chaosShards, "chaos-shards", 4, "chaos mode: shard processes (two are killed)")
-	flag.StringVar(&o.shardschedBin, "shardsched-bin", "", "chaos mode: the cmd/shardsched binary to run (empty: go build it into a temporary directory)")
+	flag.StringVar(&o.shardschedBin, "shardsched-bin", "", "chaos and faults modes and the shardsched-proc-N systems: the cmd/shardsched binary to run (empty: go build it into a temporary directory)")
 	flag.IntVar(&o.fault.seeds, "fault-seeds", 20, "faults mode: runs of each scenario, each with its own seed (victim and moment of the fault)")
 	flag.Uint64Var(&o.fault.firstSeed, "fault-first-seed", 1, "faults mode: the first seed; the runs take the seeds that follow it")
 	faultScenarioList := flag.String("fault-scenarios", "", "faults mode: scenarios to run, comma-separated (empty: all): "+strings.Join(scenarioNames(), ", "))
