@@ -72,7 +72,7 @@ type Config struct {
 // them all in one or two.
 const defaultCallParallelism = 256
 
-// DefaultConfig returns bin-packing, 20 ms cycles and 32 bind workers.
+// DefaultConfig returns bin-packing, 20 ms cycles and 128 bind workers.
 func DefaultConfig() Config {
 	return Config{
 		SchedulerName: "volcano",
