@@ -364,11 +364,11 @@ func (d *driver) stepFigures(e ending) {
 	if last := d.s.cl.LastBind(); d.w.Burst && last.After(d.wallStart) {
 		// Placement throughput: up to the last bind, not the idle steps
 		// that wait to see whether anything else will fit, nor the rest
-		// of the step that bound it (its confirms, the sample). Until
-		// 2026-11-25 it ran to that step's end; the note gives both.
+		// of the step that bound it (its confirms, the sample); the note
+		// gives both, to compare with figures taken to the step's end.
 		run.PodsPerSec = float64(st.Binds) / last.Sub(d.wallStart).Seconds()
 		if !d.lastBindWall.IsZero() {
-			run.Notes = append(run.Notes, fmt.Sprintf("placement throughput up to the last bind %.0f pods/s (%s); up to the end of the step that bound it %.0f pods/s (%s), as measured before 2026-11-25",
+			run.Notes = append(run.Notes, fmt.Sprintf("placement throughput up to the last bind %.0f pods/s (%s); up to the end of the step that bound it %.0f pods/s (%s)",
 				run.PodsPerSec, last.Sub(d.wallStart).Round(time.Millisecond),
 				float64(st.Binds)/d.lastBindWall.Sub(d.wallStart).Seconds(), d.lastBindWall.Sub(d.wallStart).Round(time.Millisecond)))
 		}
