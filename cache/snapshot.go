@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -229,7 +230,7 @@ func groupView(g *taskGroup) *snapGroup {
 }
 
 func compareTasks(a, b *api.Task) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name), strings.Compare(a.UID, b.UID))
 }
 
 func (s *Snapshot) updateJobs(c *Cache) {
@@ -324,8 +325,16 @@ func (s *Snapshot) refreshJob(c *Cache, uid string) {
 
 // JobOrder orders jobs as a snapshot lists them (Snapshot.Jobs): by
 // namespace, name, then UID.
+// Each field is compared once and only while the ones before it are equal
+// (cycles sort every job they work on).
 func JobOrder(a, b *api.Job) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Name, b.Name); c != 0 {
+		return c
+	}
+	return strings.Compare(a.UID, b.UID)
 }
 
 // Nodes returns the books of the owned nodes, sorted by name. The slice is
@@ -566,6 +575,29 @@ func (s *Snapshot) Jobs() []*api.Job {
 		return nil
 	}
 	return cloneOrNil(s.jobList)
+}
+
+// InOrder sorts js, jobs of this snapshot (as Jobs and JobByUID return
+// them, each once), in the snapshot's order (JobOrder), in place, and
+// returns it. When js is more than a small part of the snapshot's jobs,
+// one walk of the snapshot's list replaces the sort's string compares
+// (cycles order every job they work on, often most of the cluster's).
+func (s *Snapshot) InOrder(js []*api.Job) []*api.Job {
+	if s == nil || len(js)*16 < len(s.jobList) {
+		slices.SortFunc(js, JobOrder)
+		return js
+	}
+	in := make(map[*api.Job]struct{}, len(js))
+	for _, j := range js {
+		in[j] = struct{}{}
+	}
+	out := js[:0]
+	for _, j := range s.jobList {
+		if _, ok := in[j]; ok {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // JobByUID returns the job of that UID. Read-only.

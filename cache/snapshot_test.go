@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -689,6 +690,42 @@ func TestSnapshotJobsFollowTheLog(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// InOrder gives any subset of a snapshot's jobs, in any order, in the
+// snapshot's order (JobOrder), whether it sorts (a few jobs) or walks the
+// snapshot's list (many): names and UIDs repeat across namespaces, and
+// two jobs share a name with different UIDs.
+func TestSnapshotInOrder(t *testing.T) {
+	c := New(Options{})
+	for i := range 400 {
+		name := fmt.Sprint("j", i%150)
+		c.AddOrUpdateJob(api.Job{Namespace: fmt.Sprint("ns", i%3), Name: name, UID: fmt.Sprintf("%s-%d", name, i%7)})
+	}
+	var s Snapshot
+	c.UpdateSnapshot(&s)
+	all := s.Jobs()
+	if !slices.IsSortedFunc(all, JobOrder) {
+		t.Fatal("the snapshot's jobs are not in JobOrder")
+	}
+	r := newRand(7)
+	for _, keep := range []int{0, 1, 5, 20, 30, 100, 399, len(all)} { // the walk takes over at len(all)/16
+		var want, in []*api.Job
+		for _, j := range all {
+			if keep == len(all) || r.intn(len(all)) < keep {
+				want = append(want, j)
+				in = append(in, j)
+			}
+		}
+		for i := len(in) - 1; i > 0; i-- {
+			k := r.intn(i + 1)
+			in[i], in[k] = in[k], in[i]
+		}
+		got := s.InOrder(in)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d of %d jobs: InOrder gave %d jobs out of the snapshot's order", len(want), len(all), len(got))
+		}
 	}
 }
 

@@ -38,27 +38,24 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	})
 	// Work out, on the loop goroutine, what each job would reserve.
 	var work [][]admitReq
+	now := s.cfg.Now()
 	for _, q := range queues {
-		js := byQueue[q]
-		s.byPriority(js)
-		var reqs []admitReq
-		now := s.cfg.Now()
 		path, traverse := queuePath(tree, q)
 		if closed := closedLevel(tree, path); closed != "" {
-			s.refuseClosed(js, closed)
+			s.refuseClosed(byQueue[q], closed)
 			continue
 		}
+		// Only the jobs still to admit are ordered and gone through: in a
+		// busy queue most are admitted and running, and would be skipped
+		// below anyway (noteBehind skips them too).
+		js := s.toAdmit(byQueue[q], now)
+		var reqs []admitReq
 		for i, j := range js {
 			s.mu.Lock()
 			rec := s.peek(j.UID)
 			s.mu.Unlock()
-			// Admitted in another queue: the PodGroup was moved here, and
-			// its reservation must move before more of it is placed.
-			done, wait := rec.admission != nil && rec.admission.queue == j.Queue, rec.admitWait
+			wait := rec.admitWait
 			waiting := wait != (quotaBackoff{})
-			if done || now.Before(rec.lateUntil) {
-				continue // admitted, or its pods did not come: it holds up nobody
-			}
 			pending, bound, _ := s.jobTasks(j)
 			if j.Phase == api.JobCompleted && len(pending) == 0 {
 				continue // a Completed group with new pending pods is scheduled again
@@ -115,6 +112,26 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			}
 		}
 	})
+}
+
+// toAdmit returns the jobs of js that admission still has to go through,
+// in priority order (byPriority): not those admitted here in their current
+// queue (a job admitted in another queue was moved here, and its
+// reservation must move before more of it is placed), nor those whose pods
+// did not come in time (lateUntil): they hold up nobody.
+func (s *Scheduler) toAdmit(js []*api.Job, now time.Time) []*api.Job {
+	out := make([]*api.Job, 0, len(js))
+	s.mu.Lock()
+	for _, j := range js {
+		r := s.jobs[j.UID]
+		if r != nil && ((r.admission != nil && r.admission.queue == j.Queue) || now.Before(r.lateUntil)) {
+			continue
+		}
+		out = append(out, j)
+	}
+	s.mu.Unlock()
+	s.byPriority(out)
+	return out
 }
 
 // orderedQuota is a Quota that can ask for a queue's jobs in one round trip

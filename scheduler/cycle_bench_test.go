@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/wire"
@@ -65,6 +66,54 @@ func BenchmarkCycleForeignJobs(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r.advance(statusEvery)
+		r.s.Cycle(ctx)
+	}
+}
+
+// BenchmarkCycleManyJobs is one cycle of a shard that holds every queue of
+// a cluster with 1,500 admitted gangs (10 bound pods each) over 50 queues
+// and 500 PodGroups whose pods do not exist yet, nothing to place: as a
+// stream of jobs builds up, every cycle goes over all of them (admission's
+// order, the queues' shares, status), 50 times a second. Namespaces are as
+// long as a real run's.
+func BenchmarkCycleManyJobs(b *testing.B) {
+	r := newRig(b, "shard-o")
+	for i := 0; i < 2000; i++ {
+		r.node(fmt.Sprintf("n%d", i), 64)
+	}
+	const ns = "bench-2-stream-shardsched-proc-1"
+	job := func(uid string, q int, tasks int) {
+		r.c.AddOrUpdateJob(api.Job{Namespace: ns, Name: uid, UID: uid, Queue: fmt.Sprintf("leaf-%d", q), MinMember: int32(max(tasks, 1)), Phase: api.JobPending})
+		for k := 0; k < tasks; k++ {
+			t := api.Task{Namespace: ns, Name: fmt.Sprintf("%s-%d", uid, k), UID: fmt.Sprintf("%s-%d", uid, k), Job: uid,
+				Request: api.NewResource(1000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano"}
+			r.claims.mu.Lock()
+			r.claims.jobOf[t.UID] = uid
+			r.claims.mu.Unlock()
+			r.c.AddOrUpdateTask(t)
+		}
+	}
+	for j := 0; j < 1500; j++ {
+		job(fmt.Sprintf("gang-%d", j), j%50, 10)
+	}
+	ctx := context.Background()
+	for range 20 {
+		r.s.Cycle(ctx)
+		r.advance(DefaultConfig().CycleInterval)
+	}
+	for r.s.BindsInFlight() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if got := r.s.Stats().Binds; got != 15000 {
+		b.Fatalf("%d of 15000 pods bound before the benchmark", got)
+	}
+	for j := 0; j < 500; j++ {
+		job(fmt.Sprintf("later-%d", j), j%50, 0)
+	}
+	r.s.Cycle(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.advance(DefaultConfig().CycleInterval)
 		r.s.Cycle(ctx)
 	}
 }

@@ -8,11 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/wire"
 )
 
@@ -35,7 +33,7 @@ func (s *Scheduler) releaseGone(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(admitted, cache.JobOrder)
+	admitted = s.snap.InOrder(admitted)
 	// A deleted job's pods may still be terminating, holding their nodes:
 	// its reservation covers them until they are gone.
 	kept := gone[:0]

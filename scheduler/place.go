@@ -40,8 +40,8 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	// place, and only this shard's are sorted (each job's priority reads
 	// the cache). Then oldest first within a priority, so the
 	// longest-waiting gang plans before younger jobs take the room.
-	roles := make(map[*api.Job]role, 64)
-	ours := make([]*api.Job, 0, 64)
+	roles := make(map[*api.Job]role, len(jobs))
+	ours := make([]*api.Job, 0, len(jobs))
 	for _, j := range jobs {
 		if r := s.roleOf(ctx, j); r != notMine {
 			roles[j] = r
@@ -50,7 +50,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	}
 	jobs = ours
 	s.byPriority(jobs)
-	placedJobs, mine := map[string]bool{}, map[string]bool{}
+	placedJobs, mine := map[string]bool{}, make(map[string]bool, len(jobs))
 	s.held.full = false
 	defer func() { s.endHold(placedJobs, mine) }()
 	// First the roles, and the reservations of the jobs placed here resized
@@ -66,9 +66,9 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		bySpec map[string]int
 		short  string
 	}
-	var work []roled
+	work := make([]roled, 0, len(jobs))
 	var resizes []resizeReq
-	keepCover := map[string]bool{} // jobs whose reservation nobody else can have resized
+	keepCover := make(map[string]bool, len(jobs)) // jobs whose reservation nobody else can have resized
 	room := &lazyRoom{snap: s.snap}
 	for _, j := range jobs {
 		role := roles[j]

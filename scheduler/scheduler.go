@@ -143,8 +143,10 @@ type Scheduler struct {
 	tracer trace.Tracer
 
 	groupOps map[string]time.Time // loop only: implicit PodGroup creates/deletes in flight (by key or UID)
-	// summaries memoizes Cache.JobSummary for one cycle (loop only).
-	summaries map[jobKey]cache.JobSummary
+	// summaries memoizes Cache.JobSummary for one cycle (loop only), by
+	// the snapshot's job: a pointer hashes faster than two strings, and a
+	// cycle asks for every job's summary several times.
+	summaries map[*api.Job]cache.JobSummary
 	// queueHeld memoizes, for one cycle, whether this shard holds a queue
 	// (holdsQueue; loop only).
 	queueHeld map[string]bool
@@ -262,7 +264,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Now().UnixNano()))),
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
-		groupOps: map[string]time.Time{}, summaries: map[jobKey]cache.JobSummary{}, queueHeld: map[string]bool{}, heldBefore: map[string]time.Time{},
+		groupOps: map[string]time.Time{}, summaries: map[*api.Job]cache.JobSummary{}, queueHeld: map[string]bool{}, heldBefore: map[string]time.Time{},
 		jobs: map[string]*jobRec{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{}, queueShort: map[string]time.Time{},
 		ho: newHandoff(), held: newHolds(), orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
@@ -420,8 +422,8 @@ func (s *Scheduler) live(uid string) bool {
 // offered or admitted). They come in the snapshot's order (namespace,
 // name, UID). Loop only.
 func (s *Scheduler) candidates(claims []wire.Claim) []*api.Job {
-	uids := map[string]struct{}{}
 	s.mu.Lock()
+	uids := make(map[string]struct{}, len(s.jobs))
 	for uid, r := range s.jobs {
 		if r.admission != nil {
 			uids[uid] = struct{}{}
@@ -440,18 +442,16 @@ func (s *Scheduler) candidates(claims []wire.Claim) []*api.Job {
 			out = append(out, j)
 		}
 	}
-	slices.SortFunc(out, cache.JobOrder)
-	return out
+	return s.snap.InOrder(out)
 }
 
 // summary is the job's task counts, read from the cache once per cycle.
 func (s *Scheduler) summary(j *api.Job) cache.JobSummary {
-	key := jobKey{j.Namespace, j.Name}
-	if sum, ok := s.summaries[key]; ok {
+	if sum, ok := s.summaries[j]; ok {
 		return sum
 	}
 	sum := s.deps.Cache.JobSummary(j.Namespace, j.Name)
-	s.summaries[key] = sum
+	s.summaries[j] = sum
 	return sum
 }
 
