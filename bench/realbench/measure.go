@@ -59,6 +59,10 @@ type bindWatch struct {
 	node    map[types.UID]string
 	seen    map[types.UID]time.Time // every pod the informer has seen, and when first
 	twice   int64
+	// lastOfJob is, for each pod of a job of several pods (a workload's
+	// job: its creator makes them one after the other), when the create
+	// call of the job's last pod was made: a gang can bind no sooner.
+	lastOfJob map[types.UID]time.Time
 }
 
 // noteCreated records when the create call of a pod was made.
@@ -68,9 +72,19 @@ func (w *bindWatch) noteCreated(uid types.UID, at time.Time) {
 	w.mu.Unlock()
 }
 
+// noteJobCreated records that the create call of the last of a job's pods
+// (uids) was made at last.
+func (w *bindWatch) noteJobCreated(uids []types.UID, last time.Time) {
+	w.mu.Lock()
+	for _, uid := range uids {
+		w.lastOfJob[uid] = last
+	}
+	w.mu.Unlock()
+}
+
 func newBindWatch() *bindWatch {
 	return &bindWatch{created: map[types.UID]time.Time{}, bound: map[types.UID]time.Time{},
-		node: map[types.UID]string{}, seen: map[types.UID]time.Time{}}
+		node: map[types.UID]string{}, seen: map[types.UID]time.Time{}, lastOfJob: map[types.UID]time.Time{}}
 }
 
 func (w *bindWatch) onPod(obj any) {
@@ -283,16 +297,25 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		last = max(last, b.Sub(start))
 	}
 	r.boundTwice = w.twice
-	var seenLag []float64
+	var seenLag, fromLast, making []float64
 	if mode == modeStream {
 		for uid, c := range w.created {
 			if at, ok := w.seen[uid]; ok {
 				seenLag = append(seenLag, at.Sub(c).Seconds())
 			}
+			if l, ok := w.lastOfJob[uid]; ok {
+				making = append(making, l.Sub(c).Seconds())
+				if b, ok := w.bound[uid]; ok {
+					fromLast = append(fromLast, b.Sub(l).Seconds())
+				}
+			}
 		}
 	}
 	w.mu.Unlock()
 	if n := seenLagNote(seenLag); n != "" {
+		r.notes = append(r.notes, n)
+	}
+	if n := jobMadeNote(making, fromLast); n != "" {
 		r.notes = append(r.notes, n)
 	}
 	slices.Sort(r.latencies)
@@ -348,6 +371,8 @@ func createPods(ctx context.Context, cs kubernetes.Interface, creators int, plan
 				if u >= len(plan.units) {
 					return
 				}
+				uids := make([]types.UID, 0, len(plan.units[u]))
+				var last time.Time
 				for _, p := range plan.units[u] {
 					t0 := time.Now()
 					out, err := cs.CoreV1().Pods(run.namespace).Create(ctx, p, metav1.CreateOptions{})
@@ -356,6 +381,10 @@ func createPods(ctx context.Context, cs kubernetes.Interface, creators int, plan
 						return
 					}
 					w.noteCreated(out.UID, t0)
+					uids, last = append(uids, out.UID), t0
+				}
+				if len(uids) > 1 {
+					w.noteJobCreated(uids, last)
 				}
 			}
 		}()
@@ -413,6 +442,24 @@ func doubleBookedNodes(ctx context.Context, cs kubernetes.Interface) (int64, err
 		}
 	}
 	return n, nil
+}
+
+// jobMadeNote splits create→bound for the pods of jobs of several pods
+// (seconds): making is each pod's wait, from its create call, for the
+// create call of its job's last pod (a gang binds no sooner, and the
+// creators make a job's pods one after the other); fromLast is from that
+// call to the pod's bind, what the scheduler took once the whole job
+// existed.
+func jobMadeNote(making, fromLast []float64) string {
+	if len(making) == 0 {
+		return ""
+	}
+	slices.Sort(making)
+	slices.Sort(fromLast)
+	return fmt.Sprintf("pods of jobs of several pods (%d): create call → create call of the job's last pod p50 %.3f s, p99 %.3f s, max %.3f s; "+
+		"that last create call → bound (the scheduler's part once the whole job exists) p50 %.3f s, p99 %.3f s, max %.3f s",
+		len(making), report.Percentile(making, 50), report.Percentile(making, 99), report.Percentile(making, 100),
+		report.Percentile(fromLast, 50), report.Percentile(fromLast, 99), report.Percentile(fromLast, 100))
 }
 
 // seenLagNote gives the time from a pod's create call to the harness's

@@ -82,3 +82,19 @@ func TestRunMonitor(t *testing.T) {
 		t.Errorf("a run whose clock never started reports load %+v, want none", l)
 	}
 }
+
+// jobMadeNote splits the pods of multi-pod jobs' create→bound into the
+// wait for the job's last pod and the scheduler's part after it.
+func TestJobMadeNote(t *testing.T) {
+	if got := jobMadeNote(nil, nil); got != "" {
+		t.Errorf("no job of several pods: %q, want no note", got)
+	}
+	making := []float64{4, 0, 2, 1}
+	fromLast := []float64{0.5, 0.2, 0.3}
+	got := jobMadeNote(making, fromLast)
+	for _, want := range []string{"(4)", "last pod p50 1.000 s, p99 4.000 s, max 4.000 s", "p50 0.300 s, p99 0.500 s, max 0.500 s"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("note %q lacks %q", got, want)
+		}
+	}
+}
