@@ -4,9 +4,11 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/wire"
 )
 
@@ -48,7 +51,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 		// Only the jobs still to admit are ordered and gone through: in a
 		// busy queue most are admitted and running, and would be skipped
 		// below anyway (noteBehind skips them too).
-		js := s.toAdmit(byQueue[q], now)
+		js, unsized := s.toAdmit(byQueue[q], now)
 		var reqs []admitReq
 		for i, j := range js {
 			s.mu.Lock()
@@ -80,7 +83,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 				// gang is not starved by smaller ones taking the quota
 				// it waits for (strict FIFO within a queue).
 				if s.shortLately(q, now) {
-					s.noteBehind(q, j, js[i+1:])
+					s.noteBehind(q, j, append(slices.Clip(js[i+1:]), s.after(j, unsized)...))
 				}
 				break
 			}
@@ -118,19 +121,55 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 // in priority order (byPriority): not those admitted here in their current
 // queue (a job admitted in another queue was moved here, and its
 // reservation must move before more of it is placed), nor those whose pods
-// did not come in time (lateUntil): they hold up nobody.
-func (s *Scheduler) toAdmit(js []*api.Job, now time.Time) []*api.Job {
-	out := make([]*api.Job, 0, len(js))
+// did not come in time (lateUntil): they hold up nobody. Gangs that cannot
+// be sized yet (fewer than minMember pods exist, no minResources: what
+// admitAmount refuses) are returned apart, unsorted: admission would skip
+// them, and while a stream of jobs is being created they are most of a
+// queue; only noteBehind reads them.
+func (s *Scheduler) toAdmit(js []*api.Job, now time.Time) (ready, unsized []*api.Job) {
+	ready = make([]*api.Job, 0, len(js))
 	s.mu.Lock()
 	for _, j := range js {
 		r := s.jobs[j.UID]
 		if r != nil && ((r.admission != nil && r.admission.queue == j.Queue) || now.Before(r.lateUntil)) {
 			continue
 		}
-		out = append(out, j)
+		ready = append(ready, j)
 	}
 	s.mu.Unlock()
-	s.byPriority(out)
+	sized := ready[:0]
+	for _, j := range ready {
+		if s.cannotSize(j) {
+			unsized = append(unsized, j)
+		} else {
+			sized = append(sized, j)
+		}
+	}
+	s.byPriority(sized)
+	return sized, unsized
+}
+
+// cannotSize reports whether admitAmount would refuse j for now: without
+// minResources, fewer than minMember of its tasks exist (pending here or
+// bound). It counts without sorting the pending tasks.
+func (s *Scheduler) cannotSize(j *api.Job) bool {
+	if j.MinResources != nil && !j.MinResources.IsZero() {
+		return false
+	}
+	pending, bound, _ := s.jobCounts(j)
+	return pending+bound < max(int(j.MinMember), 1)
+}
+
+// after returns the jobs of js that byPriority would order after j, given
+// that js and j come in the snapshot's order (cache.JobOrder breaks ties).
+func (s *Scheduler) after(j *api.Job, js []*api.Job) []*api.Job {
+	var out []*api.Job
+	pj := s.priority(j)
+	for _, b := range js {
+		if c := cmp.Or(cmp.Compare(pj, s.priority(b)), b.Created.Compare(j.Created), cache.JobOrder(b, j)); c > 0 {
+			out = append(out, b)
+		}
+	}
 	return out
 }
 

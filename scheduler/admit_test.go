@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/wire"
 )
 
@@ -299,5 +301,41 @@ func TestHoldsOldestFirst(t *testing.T) {
 	r.cycles(t, 3)
 	if _, ok := r.s.held.byJob["gang0"]; !ok || len(r.s.held.byJob) != 1 {
 		t.Fatalf("holds %v, want gang0's only: gang2 must not pass gang1", slices.Sorted(maps.Keys(r.s.held.byJob)))
+	}
+}
+
+// after picks, from jobs in the snapshot's order, exactly those that
+// byPriority puts after the given job: lower priority, or equal and
+// younger, or equal in both and later in the snapshot's order. Admission
+// leaves unsized gangs out of its sort and asks after for them only when
+// it tells the jobs behind a waiting head that they wait too.
+func TestAfterMatchesByPriority(t *testing.T) {
+	r := newRig(t, "shard-o")
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for round := range 200 {
+		var all []*api.Job
+		for i := range 2 + rnd.IntN(12) {
+			uid := fmt.Sprintf("j%02d", i)
+			all = append(all, &api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", PriorityClass: "pc",
+				Priority: int32(rnd.IntN(3)), Created: time.Unix(int64(rnd.IntN(3)), 0)})
+		}
+		slices.SortFunc(all, cache.JobOrder)
+		sorted := slices.Clone(all)
+		r.s.byPriority(sorted)
+		head := all[rnd.IntN(len(all))]
+		at := slices.Index(sorted, head)
+		want := map[*api.Job]bool{}
+		for _, b := range sorted[at+1:] {
+			want[b] = true
+		}
+		got := r.s.after(head, all)
+		if len(got) != len(want) {
+			t.Fatalf("round %d: after(%s) gave %d jobs, byPriority puts %d after it", round, head.UID, len(got), len(want))
+		}
+		for _, b := range got {
+			if !want[b] {
+				t.Fatalf("round %d: after(%s) gave %s, which byPriority puts before it", round, head.UID, b.UID)
+			}
+		}
 	}
 }

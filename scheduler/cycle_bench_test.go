@@ -72,7 +72,7 @@ func BenchmarkCycleForeignJobs(b *testing.B) {
 
 // BenchmarkCycleManyJobs is one cycle of a shard that holds every queue of
 // a cluster with 1,500 admitted gangs (10 bound pods each) over 50 queues
-// and 500 PodGroups whose pods do not exist yet, nothing to place: as a
+// and 500 gangs of 8 of which 4 pods exist so far, nothing to place: as a
 // stream of jobs builds up, every cycle goes over all of them (admission's
 // order, the queues' shares, status), 50 times a second. Namespaces are as
 // long as a real run's.
@@ -82,8 +82,8 @@ func BenchmarkCycleManyJobs(b *testing.B) {
 		r.node(fmt.Sprintf("n%d", i), 64)
 	}
 	const ns = "bench-2-stream-shardsched-proc-1"
-	job := func(uid string, q int, tasks int) {
-		r.c.AddOrUpdateJob(api.Job{Namespace: ns, Name: uid, UID: uid, Queue: fmt.Sprintf("leaf-%d", q), MinMember: int32(max(tasks, 1)), Phase: api.JobPending})
+	job := func(uid string, q int, minMember, tasks int) {
+		r.c.AddOrUpdateJob(api.Job{Namespace: ns, Name: uid, UID: uid, Queue: fmt.Sprintf("leaf-%d", q), MinMember: int32(minMember), Phase: api.JobPending})
 		for k := 0; k < tasks; k++ {
 			t := api.Task{Namespace: ns, Name: fmt.Sprintf("%s-%d", uid, k), UID: fmt.Sprintf("%s-%d", uid, k), Job: uid,
 				Request: api.NewResource(1000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano"}
@@ -94,7 +94,7 @@ func BenchmarkCycleManyJobs(b *testing.B) {
 		}
 	}
 	for j := 0; j < 1500; j++ {
-		job(fmt.Sprintf("gang-%d", j), j%50, 10)
+		job(fmt.Sprintf("gang-%d", j), j%50, 10, 10)
 	}
 	ctx := context.Background()
 	for range 20 {
@@ -108,7 +108,7 @@ func BenchmarkCycleManyJobs(b *testing.B) {
 		b.Fatalf("%d of 15000 pods bound before the benchmark", got)
 	}
 	for j := 0; j < 500; j++ {
-		job(fmt.Sprintf("later-%d", j), j%50, 0)
+		job(fmt.Sprintf("later-%d", j), j%50, 8, 4)
 	}
 	r.s.Cycle(ctx)
 	b.ReportAllocs()
