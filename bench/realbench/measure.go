@@ -46,6 +46,10 @@ type result struct {
 	// load is the machine's 1-minute load average from the clock start
 	// to the end of the wait for binds.
 	load procstat.LoadStats
+	// makingP99 and fromLastP99 (seconds; stream mode, jobs of several
+	// pods only, else 0) split create→bound at the create call of the
+	// job's last pod (jobMadeNote).
+	makingP99, fromLastP99 float64
 }
 
 func (r result) bound() int { return len(r.latencies) }
@@ -315,8 +319,9 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	if n := seenLagNote(seenLag); n != "" {
 		r.notes = append(r.notes, n)
 	}
-	if n := jobMadeNote(making, fromLast); n != "" {
+	if n := jobMadeNote(making, fromLast); n != "" { // sorts both
 		r.notes = append(r.notes, n)
+		r.makingP99, r.fromLastP99 = report.Percentile(making, 99), report.Percentile(fromLast, 99)
 	}
 	slices.Sort(r.latencies)
 	slices.Sort(r.bindTimes)

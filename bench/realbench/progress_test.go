@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shardsched/shardsched/bench/procstat"
+	"github.com/shardsched/shardsched/bench/report"
 )
 
 func TestProgressLine(t *testing.T) {
@@ -96,5 +97,27 @@ func TestJobMadeNote(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("note %q lacks %q", got, want)
 		}
+	}
+}
+
+// A missed p99 of a run with gangs says how long their pods waited for the
+// job's last pod and what came after it; a run without them says nothing.
+func TestTargetsExplainTheGangsWait(t *testing.T) {
+	results := []result{
+		{mode: modeStream, sys: sysSpec{name: "shardsched-proc-1", shards: 1}, makingP99: 21.5, fromLastP99: 2.4},
+		{mode: modeStream, sys: sysSpec{name: "shardsched-proc-2", shards: 2}},
+	}
+	runs := []report.Run{{LatencyP99: 23}, {LatencyP99: 3}}
+	var whys []string
+	for _, tg := range targets(results, runs) {
+		if strings.HasPrefix(tg.Name, "p99 create→bound") {
+			if tg.Met {
+				t.Errorf("%s: met with p99 above 2 s", tg.Name)
+			}
+			whys = append(whys, tg.Why)
+		}
+	}
+	if len(whys) != 2 || !strings.Contains(whys[0], "up to 21.50 s") || !strings.Contains(whys[0], "p99 is 2.40 s") || whys[1] != "" {
+		t.Errorf("p99 targets' reasons: %q", whys)
 	}
 }

@@ -279,6 +279,8 @@ func targets(results []result, runs []report.Run) []report.Target {
 			}
 			if s.Unbound > 0 {
 				t.Why = fmt.Sprintf("%d pods were never bound", s.Unbound)
+			} else if !t.Met && r.makingP99 > 0 {
+				t.Why = fmt.Sprintf("a gang binds once its last pod exists: its pods waited for their job's last create call up to %.2f s (p99), and from that call to bound the p99 is %.2f s", r.makingP99, r.fromLastP99)
 			}
 			out = append(out, t)
 		}
