@@ -28,30 +28,50 @@ import (
 // flight at once (the coordinator client batches their calls).
 func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	tree := s.Tree() // once per cycle: every queue's facts come from it
-	queues := make([]string, 0, len(byQueue))
+	names := make([]string, 0, len(byQueue))
 	for q := range byQueue {
-		queues = append(queues, q)
+		names = append(names, q)
 	}
-	shares := s.queueShares(byQueue)
-	sort.Slice(queues, func(a, b int) bool {
-		if shares[queues[a]] != shares[queues[b]] {
-			return shares[queues[a]] < shares[queues[b]]
-		}
-		return queues[a] < queues[b]
-	})
-	// Work out, on the loop goroutine, what each job would reserve.
-	var work [][]admitReq
+	sort.Strings(names)
 	now := s.cfg.Now()
-	for _, q := range queues {
+	// Only the jobs still to admit are ordered and gone through: in a busy
+	// queue most are admitted and running, and would be skipped below
+	// anyway (noteBehind skips them too). Only the queues that have such
+	// jobs are ordered: most cycles have none or one, and a queue's share
+	// sums every job it has.
+	type todo struct {
+		js, unsized []*api.Job
+		path        []string
+		traverse    bool
+	}
+	todos := map[string]todo{}
+	var queues []string
+	for _, q := range names {
 		path, traverse := queuePath(tree, q)
 		if closed := closedLevel(tree, path); closed != "" {
 			s.refuseClosed(byQueue[q], closed)
 			continue
 		}
-		// Only the jobs still to admit are ordered and gone through: in a
-		// busy queue most are admitted and running, and would be skipped
-		// below anyway (noteBehind skips them too).
 		js, unsized := s.toAdmit(byQueue[q], now)
+		if len(js) == 0 {
+			continue
+		}
+		todos[q] = todo{js: js, unsized: unsized, path: path, traverse: traverse}
+		queues = append(queues, q)
+	}
+	if len(queues) > 1 {
+		with := make(map[string][]*api.Job, len(queues))
+		for _, q := range queues {
+			with[q] = byQueue[q]
+		}
+		shares := s.queueShares(with)
+		sort.SliceStable(queues, func(a, b int) bool { return shares[queues[a]] < shares[queues[b]] })
+	}
+	// Work out, on the loop goroutine, what each job would reserve.
+	var work [][]admitReq
+	for _, q := range queues {
+		t := todos[q]
+		js, unsized, path, traverse := t.js, t.unsized, t.path, t.traverse
 		var reqs []admitReq
 		for i, j := range js {
 			s.mu.Lock()

@@ -339,3 +339,38 @@ func TestAfterMatchesByPriority(t *testing.T) {
 		}
 	}
 }
+
+// Queues with jobs to admit ask in fair-share order, the least used
+// first, whatever their names: with one call in flight the order is the
+// coordinator's too. A queue with nothing to admit is not in the way.
+func TestAdmitAsksTheLeastUsedQueueFirst(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.s.cfg.AdmitParallelism = 1
+	r.node("n0", 64)
+	r.node("n1", 64)
+	job := func(uid, queue string, phase api.JobPhase) {
+		r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: queue, MinMember: 1, Phase: phase})
+	}
+	job("busy", "a-heavy", api.JobRunning)
+	r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: "busy-0", UID: "busy-0", Job: "busy", NodeName: "n0", Phase: api.TaskRunning,
+		Request: api.NewResource(32000, gi, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+	job("idle-done", "c-idle", api.JobRunning)
+	for _, q := range []string{"a-heavy", "b-light"} {
+		uid := "new-" + q
+		job(uid, q, api.JobPending)
+		r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: uid + "-0", UID: uid + "-0", Job: uid, Phase: api.TaskPending,
+			Request: api.NewResource(1000, gi, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+	}
+	r.s.Cycle(context.Background())
+	r.quota.mu.Lock()
+	var reserves []string
+	for _, c := range r.quota.calls {
+		if strings.HasPrefix(c, "reserve new-") { // the running job is reserved for too, in its queue's turn
+			reserves = append(reserves, strings.TrimPrefix(c, "reserve "))
+		}
+	}
+	r.quota.mu.Unlock()
+	if want := []string{"new-b-light", "new-a-heavy"}; !slices.Equal(reserves, want) {
+		t.Errorf("reservations asked in the order %v, want %v (the queue using 32 cores last)", reserves, want)
+	}
+}
