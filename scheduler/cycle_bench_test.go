@@ -101,8 +101,10 @@ func BenchmarkCycleManyJobs(b *testing.B) {
 		r.s.Cycle(ctx)
 		r.advance(DefaultConfig().CycleInterval)
 	}
-	for r.s.BindsInFlight() > 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); r.s.BindsInFlight() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("binds still in flight after 30 s")
+		}
 	}
 	if got := r.s.Stats().Binds; got != 15000 {
 		b.Fatalf("%d of 15000 pods bound before the benchmark", got)
