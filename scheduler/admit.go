@@ -40,12 +40,12 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 	// jobs are ordered: most cycles have none or one, and a queue's share
 	// sums every job it has.
 	type todo struct {
+		q           string
 		js, unsized []*api.Job
 		path        []string
 		traverse    bool
 	}
-	todos := map[string]todo{}
-	var queues []string
+	var todos []todo
 	for _, q := range names {
 		path, traverse := queuePath(tree, q)
 		if closed := closedLevel(tree, path); closed != "" {
@@ -53,25 +53,22 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			continue
 		}
 		js, unsized := s.toAdmit(byQueue[q], now)
-		if len(js) == 0 {
-			continue
+		if len(js) > 0 {
+			todos = append(todos, todo{q: q, js: js, unsized: unsized, path: path, traverse: traverse})
 		}
-		todos[q] = todo{js: js, unsized: unsized, path: path, traverse: traverse}
-		queues = append(queues, q)
 	}
-	if len(queues) > 1 {
-		with := make(map[string][]*api.Job, len(queues))
-		for _, q := range queues {
-			with[q] = byQueue[q]
+	if len(todos) > 1 {
+		with := make(map[string][]*api.Job, len(todos))
+		for _, t := range todos {
+			with[t.q] = byQueue[t.q]
 		}
 		shares := s.queueShares(with)
-		sort.SliceStable(queues, func(a, b int) bool { return shares[queues[a]] < shares[queues[b]] })
+		sort.SliceStable(todos, func(a, b int) bool { return shares[todos[a].q] < shares[todos[b].q] })
 	}
 	// Work out, on the loop goroutine, what each job would reserve.
 	var work [][]admitReq
-	for _, q := range queues {
-		t := todos[q]
-		js, unsized, path, traverse := t.js, t.unsized, t.path, t.traverse
+	for _, t := range todos {
+		q, js, unsized, path, traverse := t.q, t.js, t.unsized, t.path, t.traverse
 		var reqs []admitReq
 		for i, j := range js {
 			s.mu.Lock()
