@@ -31,16 +31,23 @@ func SortPending(pending []*Task) {
 // (the gang cannot be sized yet).
 func AdmitAmount(j *Job, pending []*Task, use Resource) (amount Resource, ok bool) {
 	bound := int(use.Get(Pods))
-	gang := max(int(j.MinMember), 1)
-	hasMin := j.MinResources != nil && !j.MinResources.IsZero()
-	if len(pending)+bound < gang && !hasMin {
+	if !Sizable(j, len(pending), bound) {
 		return Resource{}, false
 	}
+	gang := max(int(j.MinMember), 1)
 	amount, _ = QuotaSum(use, pending[:max(0, min(len(pending), gang-bound))])
-	if hasMin {
+	if j.MinResources != nil && !j.MinResources.IsZero() {
 		amount = amount.Max(*j.MinResources)
 	}
 	return amount, true
+}
+
+// Sizable reports whether AdmitAmount can size j with pending tasks
+// waiting and bound tasks running: it sets minResources, or at least
+// minMember of its tasks exist. A scheduler counts without building the
+// pending list to skip the jobs it cannot size yet.
+func Sizable(j *Job, pending, bound int) bool {
+	return (j.MinResources != nil && !j.MinResources.IsZero()) || pending+bound >= max(int(j.MinMember), 1)
 }
 
 // QuotaSum is use plus the quota of every task (Task.Quota): the requests

@@ -166,15 +166,11 @@ func (s *Scheduler) toAdmit(js []*api.Job, now time.Time) (ready, unsized []*api
 	return sized, unsized
 }
 
-// cannotSize reports whether admitAmount would refuse j for now: without
-// minResources, fewer than minMember of its tasks exist (pending here or
-// bound). It counts without sorting the pending tasks.
+// cannotSize reports whether admitAmount would refuse j for now
+// (api.Sizable), counting its tasks without sorting the pending ones.
 func (s *Scheduler) cannotSize(j *api.Job) bool {
-	if j.MinResources != nil && !j.MinResources.IsZero() {
-		return false
-	}
 	pending, bound, _ := s.jobCounts(j)
-	return pending+bound < max(int(j.MinMember), 1)
+	return !api.Sizable(j, pending, bound)
 }
 
 // after returns the jobs of js that byPriority would order after j, given
