@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -68,6 +69,28 @@ type Source struct {
 	lastSpecs  []api.QueueSpec
 	lastBad    map[string]string
 	queuesSent bool
+
+	// handlers are the event handlers' registrations, by informer: Start
+	// waits until each has been handed its informer's initial list.
+	handlers []handlerReg
+	// regErr is why a handler could not be added (Start returns it).
+	regErr error
+}
+
+// handlerReg is one event handler's registration on the informer named.
+type handlerReg struct {
+	informer string
+	reg      cache.ResourceEventHandlerRegistration
+}
+
+// handle adds h to inf (named informer) and keeps its registration.
+func (s *Source) handle(informer string, inf cache.SharedInformer, h cache.ResourceEventHandler) {
+	reg, err := inf.AddEventHandler(h)
+	if err != nil {
+		s.regErr = errors.Join(s.regErr, fmt.Errorf("%s informer: %w", informer, err))
+		return
+	}
+	s.handlers = append(s.handlers, handlerReg{informer, reg})
 }
 
 // NewSource builds the informers; Start runs them. onQueues may be nil.
@@ -87,7 +110,7 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 		}
 		return nil, nil
 	}})
-	s.core.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	s.handle("nodes", s.core.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.node(o) },
 		UpdateFunc: func(_, o any) { s.node(o) },
 		DeleteFunc: func(o any) {
@@ -96,7 +119,7 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 			}
 		},
 	})
-	s.core.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	s.handle("pods", s.core.Core().V1().Pods().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.pod(o) },
 		UpdateFunc: func(_, o any) { s.pod(o) },
 		DeleteFunc: func(o any) {
@@ -109,13 +132,13 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	// appears, changes or goes re-converts the PodGroups it concerns.
 	pci := s.core.Scheduling().V1().PriorityClasses()
 	s.classLst = pci.Lister()
-	pci.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	s.handle("priorityclasses", pci.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.priorityClass(o) },
 		UpdateFunc: func(_, o any) { s.priorityClass(o) },
 		DeleteFunc: func(o any) { s.priorityClass(o) },
 	})
 	s.pgLst = s.vol.Scheduling().V1beta1().PodGroups().Lister()
-	s.vol.Scheduling().V1beta1().PodGroups().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	s.handle("podgroups", s.vol.Scheduling().V1beta1().PodGroups().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.podGroup(o) },
 		UpdateFunc: func(_, o any) { s.podGroup(o) },
 		DeleteFunc: func(o any) {
@@ -127,7 +150,7 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	qi := s.vol.Scheduling().V1beta1().Queues()
 	s.queueLst = qi.Lister()
 	s.queueSync = qi.Informer().HasSynced
-	qi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	s.handle("queues", qi.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.queues() },
 		UpdateFunc: func(any, any) { s.queues() },
 		DeleteFunc: func(any) { s.queues() },
@@ -135,8 +158,13 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	return s
 }
 
-// Start runs the informers until ctx ends and waits for their first sync.
+// Start runs the informers until ctx ends and waits for their first sync:
+// every informer's initial list is in its store and has been handed to the
+// sink.
 func (s *Source) Start(ctx context.Context) error {
+	if s.regErr != nil {
+		return s.regErr
+	}
 	s.core.Start(ctx.Done())
 	s.vol.Start(ctx.Done())
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -149,6 +177,17 @@ func (s *Source) Start(ctx context.Context) error {
 	for t, ok := range s.vol.WaitForCacheSync(sctx.Done()) {
 		if !ok {
 			return fmt.Errorf("informer %v did not sync (are the Volcano CRDs installed?)", t)
+		}
+	}
+	// An informer's store is synced before its handlers have been given
+	// the whole initial list (they are fed from a buffer of their own):
+	// without this wait the scheduler would start with a cache short of
+	// pods already bound, and place over them.
+	for _, h := range s.handlers {
+		select {
+		case <-h.reg.HasSyncedChecker().Done():
+		case <-sctx.Done():
+			return fmt.Errorf("the %s informer's handler was not handed its initial list: %w", h.informer, sctx.Err())
 		}
 	}
 	s.queues()
