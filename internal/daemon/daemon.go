@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,7 +101,15 @@ type Daemon struct {
 	obs      *promObserver
 	registry *prometheus.Registry
 	proc     *shardproc.Proc
+	steps    *startup
+	// synced is set once the informers have handed their initial lists to
+	// the cache and scheduling has started (/readyz answers 503 before).
+	synced atomic.Bool
 }
+
+// Startup returns how long each step of the process's start took, in
+// order (the last, "scheduling", ends once /readyz can answer).
+func (d *Daemon) Startup() []StartStep { return d.steps.Steps() }
 
 // QueueTreePushes returns how many times this process has sent its queue
 // tree to the coordinator: once per change of the valid queue specs (and
@@ -114,6 +123,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := opts.Logger.With("shard", opts.Name)
+	steps := newStartup(log)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: opts.EtcdEndpoints, DialTimeout: 5 * time.Second, TLS: opts.EtcdTLS, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
@@ -136,6 +146,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		return err
 	}
 
+	steps.done("clients")
 	recorder := kube.NewRecorder(cs, opts.Scheduler.SchedulerName)
 	defer recorder.Shutdown()
 	statusWriter := kube.NewStatusWriter(vc, "shardsched")
@@ -162,6 +173,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	}
 	defer pr.Close()
 	sh, coord, c := pr.Shard, pr.Coord, pr.Cache
+	steps.done("parts", "gossip", sh.GossipAddr(), "coordinator", coord.Addr())
 
 	// The queue tree is validated queue by queue: every valid queue is
 	// scheduled; each one left out (with its subtree) is reported on its
@@ -184,30 +196,12 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr.Start(rctx)
-	pr.Go(rctx, reporter.Run)
-	// Volcano creates root and default when missing; so do we, without
-	// ever overwriting an operator's. A failure does not stop the shard
-	// (the tree has implicit root and default queues either way).
-	ectx, ecancel := context.WithTimeout(rctx, 10*time.Second)
-	if err := kube.EnsureDefaultQueues(ectx, vc); err != nil {
-		log.Warn("cannot create the root and default queues", "err", err)
-	}
-	ecancel()
-	if err := src.Start(rctx); err != nil {
-		cancel()
-		pr.Wait()
-		return err
-	}
-	defer src.Shutdown()
-	pr.Schedule(rctx, false)
-	if opts.StatusNamespace != "" {
-		pr.Go(rctx, func(ctx context.Context) error {
-			publishStatus(ctx, cs, opts, sh, coord, c, pr.Sched, log)
-			return nil
-		})
-	}
+	// The endpoints are served from here on: /healthz answers during a
+	// long warm-up (a liveness probe does not kill a shard listing 100k
+	// pods), /metrics shows the start-up's steps, --profiling profiles it;
+	// /readyz waits for the informers and the ring.
 	d := &Daemon{opts: opts, Shard: sh, Coord: coord, Cache: c, Status: pr.Status, Quota: pr.Quota, Source: src, Claims: pr.Claims, sched: pr.Sched,
-		obs: obs, proc: pr}
+		obs: obs, proc: pr, steps: steps}
 	d.registry = d.registerMetrics()
 	if opts.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", opts.HTTPAddr)
@@ -221,6 +215,34 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()
 	}
+	steps.done("serving", "addr", d.httpAddr)
+	pr.Go(rctx, reporter.Run)
+	// Volcano creates root and default when missing; so do we, without
+	// ever overwriting an operator's. A failure does not stop the shard
+	// (the tree has implicit root and default queues either way).
+	ectx, ecancel := context.WithTimeout(rctx, 10*time.Second)
+	if err := kube.EnsureDefaultQueues(ectx, vc); err != nil {
+		log.Warn("cannot create the root and default queues", "err", err)
+	}
+	ecancel()
+	steps.done("default-queues")
+	if err := src.Start(rctx); err != nil {
+		cancel()
+		pr.Wait()
+		return err
+	}
+	defer src.Shutdown()
+	cs0 := c.Stats()
+	steps.done("informers", "nodes", cs0.Nodes, "tasks", cs0.Tasks, "jobs", cs0.Jobs)
+	pr.Schedule(rctx, false)
+	if opts.StatusNamespace != "" {
+		pr.Go(rctx, func(ctx context.Context) error {
+			publishStatus(ctx, cs, opts, sh, coord, c, pr.Sched, log)
+			return nil
+		})
+	}
+	d.synced.Store(true)
+	steps.done("scheduling")
 	if ready != nil {
 		ready(d)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -486,6 +487,26 @@ func TestMetricsExistAndMove(t *testing.T) {
 	}
 	if before["shardsched_coordinator_leader"] != 1 || before["shardsched_owned_keys"] < 64 {
 		t.Errorf("single shard: leader=%v owned=%v", before["shardsched_coordinator_leader"], before["shardsched_owned_keys"])
+	}
+	// The start-up's steps are exported in the order they ran, each
+	// ending no earlier than the one before.
+	want := []string{"clients", "parts", "serving", "default-queues", "informers", "scheduling"}
+	steps := ev.d.Startup()
+	if len(steps) != len(want) {
+		t.Fatalf("start-up steps %+v, want %v", steps, want)
+	}
+	prev := 0.0
+	for i, st := range steps {
+		end, ok := before[`shardsched_startup_step_end_seconds{step="`+st.Name+`"}`]
+		switch {
+		case st.Name != want[i]:
+			t.Errorf("step %d is %q, want %q", i, st.Name, want[i])
+		case !ok:
+			t.Errorf("step %s not exported", st.Name)
+		case end < prev || st.Took < 0 || math.Abs(end-st.End.Seconds()) > 1e-6:
+			t.Errorf("step %s ends at %v s (exported %v s), took %v, after a step ending at %v s", st.Name, st.End.Seconds(), end, st.Took, prev)
+		}
+		prev = end
 	}
 	ev.nodes("m-node", 1, "8", "32Gi")
 	ev.podGroup("m", "default", 1)

@@ -58,7 +58,7 @@ func (d *Daemon) registerMetrics() *prometheus.Registry {
 	counter("handoff_claims_total", "Jobs claimed here from another shard's offer.", func() float64 { return float64(st().Claims) })
 	counter("handoff_refusals_total", "Offers refused and claims given up here because the job did not fit.", func() float64 { return float64(st().Refusals) })
 	counter("coordinator_groups_total", "Groups committed while leading.", func() float64 { return float64(d.Coord.Stats().Groups) })
-	reg.MustRegister(newQueueCollector(d))
+	reg.MustRegister(newQueueCollector(d), d.steps)
 	return reg
 }
 
@@ -134,6 +134,10 @@ func (d *Daemon) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !d.synced.Load() {
+			http.Error(w, "starting: the informers have not handed their initial lists to the cache yet", http.StatusServiceUnavailable)
+			return
+		}
 		if len(d.Shard.Members()) == 0 {
 			http.Error(w, "not in the ring yet", http.StatusServiceUnavailable)
 			return

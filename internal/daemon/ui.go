@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,6 +19,9 @@ import (
 // (Queues with the status their owners wrote, PodGroups with the reasons
 // their owners wrote), the ring as this shard sees it, and its counters.
 func (d *Daemon) overview(*http.Request) (*ui.Overview, error) {
+	if !d.synced.Load() {
+		return nil, errors.New("the shard is starting: its informers have not listed the cluster yet")
+	}
 	now := time.Now()
 	o := &ui.Overview{Shard: d.opts.Name, Version: version.String(), Now: now, Evictions: []string{}}
 	qs, pgs, err := d.Source.Objects()
