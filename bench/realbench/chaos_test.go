@@ -103,6 +103,25 @@ func TestScrapeMetrics(t *testing.T) {
 	}
 }
 
+// The start-up steps come out in the order they ended (the exposition
+// sorts them by name), each with the time from the end of the one before.
+func TestStartupSteps(t *testing.T) {
+	scrape := "# HELP shardsched_startup_step_end_seconds x\n# TYPE shardsched_startup_step_end_seconds gauge\n" +
+		`shardsched_startup_step_end_seconds{step="clients"} 0.01` + "\n" +
+		`shardsched_startup_step_end_seconds{step="default-queues"} 0.5` + "\n" +
+		`shardsched_startup_step_end_seconds{step="informers"} 3.25` + "\n" +
+		`shardsched_startup_step_end_seconds{step="parts"} 0.25` + "\n" +
+		`shardsched_startup_step_end_seconds{step="scheduling"} 3.26` + "\n" +
+		"shardsched_owned_keys 257\n"
+	want := "clients 0.01 s, parts 0.24 s, default-queues 0.25 s, informers 2.75 s, scheduling 0.01 s"
+	if got := startupSteps([]byte(scrape)); got != want {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	if got := startupSteps([]byte("shardsched_owned_keys 257\n")); got != "none" {
+		t.Errorf("a shard exporting no steps: got %q", got)
+	}
+}
+
 func TestOwnershipSpans(t *testing.T) {
 	start := time.Unix(100, 0)
 	s := func(at float64, complete bool, owned int) ownerSample {

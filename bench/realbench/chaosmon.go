@@ -152,12 +152,19 @@ func (m *monitor) snapshot() []ownerSample {
 // waitSettled scrapes until, for a whole second, every shard answers, the
 // owned keys sum to total and exactly one shard leads the coordinator.
 func (m *monitor) waitSettled(ctx context.Context, total int, timeout time.Duration) error {
+	_, err := m.settledAt(ctx, total, timeout)
+	return err
+}
+
+// settledAt is waitSettled returning when the round that began the settled
+// second started: the moment every key was first seen owned again.
+func (m *monitor) settledAt(ctx context.Context, total int, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	var since time.Time
 	var last ownerSample
 	for {
 		if err := unexpectedExit(m.shards); err != nil {
-			return err
+			return time.Time{}, err
 		}
 		last = m.round(ctx)
 		if last.complete && last.owned == total && len(last.leaders) == 1 {
@@ -165,18 +172,18 @@ func (m *monitor) waitSettled(ctx context.Context, total int, timeout time.Durat
 				since = last.start
 			}
 			if time.Since(since) >= time.Second {
-				return nil
+				return since, nil
 			}
 		} else {
 			since = time.Time{}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("shards not settled after %s: every shard answered %v, owned keys %d of %d, leaders %v",
+			return time.Time{}, fmt.Errorf("shards not settled after %s: every shard answered %v, owned keys %d of %d, leaders %v",
 				timeout, last.complete, last.owned, total, last.leaders)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		case <-time.After(scrapeInterval):
 		}
 	}

@@ -55,21 +55,40 @@ func (k kubeSchedulerSystem) config(kubeconfig, schedName string) ([]byte, error
 }
 
 func (k kubeSchedulerSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*instance, error) {
-	dir := filepath.Join(env.dir, "kube-scheduler-"+run.namespace)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	cfg, err := k.config(env.kubeconfig, run.schedName)
+	p, readyz, err := k.startProcess(env, run.namespace, run.schedName)
 	if err != nil {
 		return nil, err
+	}
+	if err := p.waitReady(ctx, readyz, 2*time.Minute); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return &instance{
+		cpu:   p.cpu,
+		check: p.check,
+		stop:  p.stop,
+	}, nil
+}
+
+// startProcess starts kube-scheduler with its state in a directory named
+// after name, scheduling the pods that ask for schedName; it returns the
+// process and its /readyz URL.
+func (k kubeSchedulerSystem) startProcess(env *benchEnv, name, schedName string) (*schedulerProcess, string, error) {
+	dir := filepath.Join(env.dir, "kube-scheduler-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	cfg, err := k.config(env.kubeconfig, schedName)
+	if err != nil {
+		return nil, "", err
 	}
 	cfgPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	port, err := cluster.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	p, err := startSchedulerProcess(dir, k.bin,
 		"--config="+cfgPath,
@@ -79,17 +98,9 @@ func (k kubeSchedulerSystem) start(ctx context.Context, env *benchEnv, run runSp
 		"--secure-port="+strconv.Itoa(port),
 		"--v=0")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if err := p.waitReady(ctx, fmt.Sprintf("https://127.0.0.1:%d/readyz", port), 2*time.Minute); err != nil {
-		p.stop()
-		return nil, err
-	}
-	return &instance{
-		cpu:   p.cpu,
-		check: p.check,
-		stop:  p.stop,
-	}, nil
+	return p, fmt.Sprintf("https://127.0.0.1:%d/readyz", port), nil
 }
 
 // schedulerProcess is a child process in a process group of its own, which

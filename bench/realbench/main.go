@@ -129,6 +129,8 @@ type options struct {
 	quiet quietWait
 	// profileSeconds: see benchEnv.profileSeconds.
 	profileSeconds int
+	// restarts: see benchEnv.restarts.
+	restarts int
 	// apiProfileSeconds: see benchEnv.apiProfileSeconds.
 	apiProfileSeconds int
 	modes             []string
@@ -185,6 +187,7 @@ func main() {
 	flag.DurationVar(&o.fault.stream, "fault-stream", 12*time.Second, "faults mode: each run creates its pods evenly over this long (the fault falls at 20–50 % of it)")
 	flag.DurationVar(&o.fault.timeout, "fault-timeout", 90*time.Second, "faults mode: bound on binding after a run's last pod was created")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.IntVar(&o.restarts, "restarts", 1, "shardsched-proc-N: times shard-0 is restarted once a run's pods are bound, each timed (1..10); a kube-scheduler is then started cold beside it as the baseline")
 	flag.IntVar(&o.profileSeconds, "shard-cpuprofile-seconds", 0, "shardsched-proc-N: take a CPU profile of each shard process over this many seconds from the clock's start, into -out (0: none; at most 600)")
 	flag.IntVar(&o.apiProfileSeconds, "apiserver-cpuprofile-seconds", 0, "stream runs: take a CPU profile of kube-apiserver over this many seconds from each run's clock start, into -out (0: none; at most 600)")
 	flag.BoolVar(&o.dumpMetrics, "dump-metrics", false, "print each shard's shardsched_* metrics to stderr when its run ends")
@@ -237,6 +240,8 @@ func (o *options) parse(modes, systems string) error {
 		return fmt.Errorf("-warmup=%d: must be 0..pods", o.warmup)
 	case o.timeout <= 0:
 		return fmt.Errorf("-timeout=%s: must be positive", o.timeout)
+	case o.restarts < 1 || o.restarts > 10:
+		return fmt.Errorf("-restarts=%d: must be 1..10", o.restarts)
 	case o.profileSeconds < 0 || o.profileSeconds > 600:
 		return fmt.Errorf("-shard-cpuprofile-seconds=%d: must be 0..600", o.profileSeconds)
 	case o.profileSeconds > 0 && o.out == "":
@@ -390,7 +395,7 @@ func run(o options) error {
 		return err
 	}
 	defer coordEtcd.Close()
-	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints, controlPIDs: cp.PIDs(), profileSeconds: o.profileSeconds, apiProfileSeconds: o.apiProfileSeconds, profileDir: o.out, dumpMetrics: o.dumpMetrics, shardschedBin: shardschedBin}
+	env := &benchEnv{rest: rc, cs: cs, kubeconfig: cp.Kubeconfig, dir: cp.Dir, etcd: coordEtcd.Endpoints, controlPIDs: cp.PIDs(), profileSeconds: o.profileSeconds, restarts: o.restarts, apiProfileSeconds: o.apiProfileSeconds, profileDir: o.out, dumpMetrics: o.dumpMetrics, shardschedBin: shardschedBin}
 
 	if o.warmup > 0 {
 		fmt.Fprintf(os.Stderr, "warming up: the binder binds %d pods...\n", o.warmup)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,41 +117,154 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 				}
 				notes = append(notes, fmt.Sprintf("%s: %.1f CPU s over the run, peak RSS %.0f MiB", s.name, (s.proc.cpu()-cpu0[i]).Seconds(), rss))
 			}
-			ready, owned, err := restartShard(ctx, shards, 0, total)
-			if err != nil {
-				return nil, fmt.Errorf("restart %s: %w", shards[0].name, err)
+			for k := range max(env.restarts, 1) {
+				var profile string
+				if env.profileSeconds > 0 && k == 0 {
+					profile = env.profilePath(run, shards[0].name+"-restart")
+				}
+				r, err := restartShard(ctx, shards, 0, total, profile, min(env.profileSeconds, restartProfileSeconds))
+				if err != nil {
+					return nil, fmt.Errorf("restart %s: %w", shards[0].name, err)
+				}
+				notes = append(notes, fmt.Sprintf("restart warm-up %d: %s stopped (SIGTERM) and started again with the run's %d pods in the cluster: /readyz answered after %.1f s (%.1f CPU s, peak RSS %.0f MiB), every partition and queue first seen owned again after %.1f s; the shard's own start-up steps: %s",
+					k+1, shards[0].name, run.pods, r.ready.Seconds(), r.readyCPU.Seconds(), r.readyRSS, r.owned.Seconds(), r.steps))
+				if r.profile != "" {
+					notes = append(notes, r.profile)
+				}
 			}
-			notes = append(notes, fmt.Sprintf("restart warm-up: %s stopped (SIGTERM) and started again with the run's %d pods in the cluster: /readyz answered after %.1f s, every partition and queue owned again after %.1f s",
-				shards[0].name, run.pods, ready.Seconds(), owned.Seconds()))
+			notes = append(notes, kubeSchedulerColdStart(ctx, env, run))
 			return notes, nil
 		},
 	}, nil
 }
 
+// kubeSchedulerColdStart is the baseline of a restart: kube-scheduler
+// started against the same cluster (every pod of the run in it; a
+// schedulerName no pod asks for), timed to its /readyz, which waits for its
+// informers' handlers to have the initial lists. It returns the note (why
+// there is none when kube-scheduler is not built or does not start).
+func kubeSchedulerColdStart(ctx context.Context, env *benchEnv, run runSpec) string {
+	bin, err := kubeSchedulerBinary()
+	if err != nil {
+		return "restart baseline: no kube-scheduler: " + err.Error()
+	}
+	k := kubeSchedulerSystem{bin: bin}
+	t0 := time.Now()
+	p, url, err := k.startProcess(env, run.namespace+"-cold", run.namespace+"-cold-start")
+	if err == nil {
+		err = p.waitReady(ctx, url, 5*time.Minute)
+	}
+	if err != nil {
+		if p != nil {
+			p.stop()
+		}
+		return "restart baseline: kube-scheduler did not start: " + err.Error()
+	}
+	ready, cpu := time.Since(t0), p.cpu()
+	rss, _ := procstat.PeakRSSMiBOf(p.cmd.Process.Pid)
+	p.stop()
+	return fmt.Sprintf("restart baseline: kube-scheduler started cold against the same cluster (the run's %d pods in it): /readyz (its handlers synced) answered after %.1f s (%.1f CPU s, peak RSS %.0f MiB)",
+		run.pods, ready.Seconds(), cpu.Seconds(), rss)
+}
+
+// restartProfileSeconds bounds the profile of a restarted shard's
+// start-up (-shard-cpuprofile-seconds, when shorter, is taken).
+const restartProfileSeconds = 15
+
+// restarted is what a shard's restart showed.
+type restarted struct {
+	ready, owned time.Duration // from the start: /readyz answered; every key first seen owned
+	readyCPU     time.Duration // the process's CPU when /readyz answered
+	readyRSS     float64       // its peak RSS then, MiB (0: not read)
+	steps        string        // the shard's start-up steps (startupSteps)
+	profile      string        // the note on the profile of its start-up ("" when none was asked)
+}
+
 // restartShard stops shards[i] gracefully, starts it again with the same
 // flags, and returns how long after the start its /readyz answered and the
-// live shards owned every one of total keys again.
-func restartShard(ctx context.Context, shards []*chaosShard, i, total int) (ready, owned time.Duration, err error) {
+// live shards owned every one of total keys again, and the steps of its
+// start as it exported them (shardsched_startup_step_end_seconds). With a
+// profile path it also takes a CPU profile of the shard's first
+// profileSeconds (from its /healthz answering: the shard serves its
+// endpoints before it lists the cluster).
+func restartShard(ctx context.Context, shards []*chaosShard, i, total int, profile string, profileSeconds int) (restarted, error) {
 	s := shards[i]
 	s.proc.stop()
 	dir := filepath.Join(s.dir, "restart")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, 0, err
+		return restarted{}, err
 	}
 	t0 := time.Now()
 	p, err := startSchedulerProcess(dir, s.proc.cmd.Path, s.args...)
 	if err != nil {
-		return 0, 0, err
+		return restarted{}, err
 	}
 	s.proc = p
+	var profNote chan string
+	if profile != "" {
+		base := strings.TrimSuffix(s.metrics, "/metrics")
+		if err := p.waitReady(ctx, base+"/healthz", time.Minute); err != nil {
+			return restarted{}, err
+		}
+		profNote = make(chan string, 1)
+		go func() { profNote <- fetchProfile(ctx, base, profileSeconds, profile, s.name+" (restarted)") }()
+	}
 	if err := p.waitReady(ctx, s.readyz, 10*time.Minute); err != nil {
-		return 0, 0, err
+		return restarted{}, err
 	}
-	ready = time.Since(t0)
-	if err := newMonitor(shards).waitSettled(ctx, total, 10*time.Minute); err != nil {
-		return 0, 0, err
+	r := restarted{ready: time.Since(t0), readyCPU: p.cpu()}
+	if rss, err := procstat.PeakRSSMiBOf(p.cmd.Process.Pid); err == nil {
+		r.readyRSS = rss
 	}
-	return ready, time.Since(t0), nil
+	at, err := newMonitor(shards).settledAt(ctx, total, 10*time.Minute)
+	if err != nil {
+		return restarted{}, err
+	}
+	r.owned = at.Sub(t0)
+	body, err := httpGet(ctx, http.DefaultClient, s.metrics)
+	if err != nil {
+		r.steps = "not read: " + err.Error()
+	} else {
+		r.steps = startupSteps(body)
+	}
+	if profNote != nil {
+		r.profile = <-profNote
+	}
+	return r, nil
+}
+
+// startupSteps is the steps of the shard's start-up from a scrape of its
+// metrics (shardsched_startup_step_end_seconds: each step's end, from the
+// shard's start), in order, each with how long it took ("none" when it
+// exports none).
+func startupSteps(metrics []byte) string {
+	const prefix = `shardsched_startup_step_end_seconds{step="`
+	type step struct {
+		name string
+		end  float64
+	}
+	var steps []step
+	for line := range strings.Lines(string(metrics)) {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		name, value, ok := strings.Cut(rest, `"} `)
+		if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); ok && err == nil {
+			steps = append(steps, step{name, v})
+		}
+	}
+	if len(steps) == 0 {
+		return "none"
+	}
+	slices.SortStableFunc(steps, func(a, b step) int { return cmp.Compare(a.end, b.end) })
+	out := make([]string, len(steps))
+	prev := 0.0
+	for i, st := range steps {
+		out[i] = fmt.Sprintf("%s %.2f s", st.name, st.end-prev)
+		prev = st.end
+	}
+	return strings.Join(out, ", ")
 }
 
 // fetchProfile takes a CPU profile of seconds from the shard process

@@ -48,6 +48,9 @@ type benchEnv struct {
 	// shard process is taken for from the run's clock start, written into
 	// profileDir.
 	profileSeconds int
+	// restarts is how many times the shardsched-proc-N systems restart
+	// shard-0 once their pods are bound (restart warm-up), each timed.
+	restarts int
 	// apiProfileSeconds, when positive, is how long a CPU profile of
 	// kube-apiserver is taken for from each stream run's clock start, also
 	// written into profileDir.
