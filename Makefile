@@ -64,10 +64,11 @@ bench-full: bench-tools
 	$(GO) run ./bench/simbench -tier 1M -scenarios churn -shards 8 -include $(BENCH_OUT)/full/sim100k/report.json -out $(BENCH_OUT)/full
 
 ## bench-scale: real mode at 5,000 kwok nodes: 20,000 pods of the churn workload's job mix (gangs, queues), the binder
-## against 1 and 3 shardsched OS processes (CPU and peak RSS per process, and a shard's restart warm-up at that size)
+## against 1 and 3 shardsched OS processes (CPU and peak RSS per process; a shard restarted three times at that size, each
+## timed to ready, beside kube-scheduler's cold start against the same cluster)
 bench-scale: bench-tools
 	$(GO) run ./bench/realbench -nodes 5000 -pods 20000 -warmup 0 -workload bench/workloads/churn.yaml -tier 100k \
-		-systems binder,shardsched-proc-1,shardsched-proc-3 -modes stream -timeout 20m -out $(BENCH_OUT)/scale
+		-systems binder,shardsched-proc-1,shardsched-proc-3 -modes stream -timeout 20m -restarts 3 -out $(BENCH_OUT)/scale
 
 ## bench-tools: the control plane plus kube-scheduler, which bench/realbench compares against (once; a few minutes more when cold)
 bench-tools:

@@ -174,7 +174,8 @@ func directLinks(etcd, kubeconfig string) func(int, string) (shardLink, error) {
 // startChaosShards starts n cmd/shardsched processes gossiping on loopback,
 // each in a directory of its own under dir (its log is there); links says
 // where shard i connects given the address its gossip listens on. extra
-// flags are passed to every shard. On error the ones started are stopped.
+// flags are passed to every shard. It returns once every shard's /readyz
+// answers; on error the ones started are stopped.
 func startChaosShards(dir, bin string, n int, schedName string, links func(i int, gossip string) (shardLink, error), extra ...string) ([]*chaosShard, error) {
 	var out []*chaosShard
 	fail := func(err error) ([]*chaosShard, error) {
@@ -268,6 +269,15 @@ func startChaosShards(dir, bin string, n int, schedName string, links func(i int
 				gossip: gossip, dir: sdir, args: args}
 		}
 		out = append(out, started)
+	}
+	// /healthz answers from the shard's first steps on, while its informers
+	// still list the cluster; a run must not start its clock before every
+	// shard can schedule, so each one's /readyz is waited for too (they
+	// warm up together).
+	for _, s := range out {
+		if err := s.proc.waitReady(context.Background(), s.readyz, 5*time.Minute); err != nil {
+			return fail(fmt.Errorf("%s: %w", s.name, err))
+		}
 	}
 	return out, nil
 }

@@ -122,7 +122,7 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 				if env.profileSeconds > 0 && k == 0 {
 					profile = env.profilePath(run, shards[0].name+"-restart")
 				}
-				r, err := restartShard(ctx, shards, 0, total, profile, min(env.profileSeconds, restartProfileSeconds))
+				r, err := restartShard(ctx, shards, 0, k+1, total, profile, min(env.profileSeconds, restartProfileSeconds))
 				if err != nil {
 					return nil, fmt.Errorf("restart %s: %w", shards[0].name, err)
 				}
@@ -181,16 +181,16 @@ type restarted struct {
 }
 
 // restartShard stops shards[i] gracefully, starts it again with the same
-// flags, and returns how long after the start its /readyz answered and the
+// flags (its log in restart-<n> beside the first), and returns how long after the start its /readyz answered and the
 // live shards owned every one of total keys again, and the steps of its
 // start as it exported them (shardsched_startup_step_end_seconds). With a
 // profile path it also takes a CPU profile of the shard's first
 // profileSeconds (from its /healthz answering: the shard serves its
 // endpoints before it lists the cluster).
-func restartShard(ctx context.Context, shards []*chaosShard, i, total int, profile string, profileSeconds int) (restarted, error) {
+func restartShard(ctx context.Context, shards []*chaosShard, i, n, total int, profile string, profileSeconds int) (restarted, error) {
 	s := shards[i]
 	s.proc.stop()
-	dir := filepath.Join(s.dir, "restart")
+	dir := filepath.Join(s.dir, fmt.Sprintf("restart-%d", n))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return restarted{}, err
 	}
@@ -201,6 +201,13 @@ func restartShard(ctx context.Context, shards []*chaosShard, i, total int, profi
 	}
 	s.proc = p
 	var profNote chan string
+	defer func() {
+		// The profile's fetch ends within its seconds; it is joined on
+		// every path, the errors' included.
+		if profNote != nil {
+			<-profNote
+		}
+	}()
 	if profile != "" {
 		base := strings.TrimSuffix(s.metrics, "/metrics")
 		if err := p.waitReady(ctx, base+"/healthz", time.Minute); err != nil {
@@ -229,6 +236,7 @@ func restartShard(ctx context.Context, shards []*chaosShard, i, total int, profi
 	}
 	if profNote != nil {
 		r.profile = <-profNote
+		profNote = nil
 	}
 	return r, nil
 }

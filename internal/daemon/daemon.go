@@ -212,8 +212,17 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		}
 		d.httpAddr = ln.Addr().String()
 		hs := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = hs.Serve(ln) }()
-		defer hs.Close()
+		served := make(chan struct{})
+		go func() { defer close(served); _ = hs.Serve(ln) }()
+		defer func() {
+			// Requests in flight (a scrape, a profile) get a moment to
+			// end; the server's goroutine is joined either way.
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = hs.Shutdown(sctx)
+			scancel()
+			_ = hs.Close()
+			<-served
+		}()
 	}
 	steps.done("serving", "addr", d.httpAddr)
 	pr.Go(rctx, reporter.Run)
@@ -228,7 +237,14 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	steps.done("default-queues")
 	if err := src.Start(rctx); err != nil {
 		cancel()
+		src.Shutdown()
 		pr.Wait()
+		if ctx.Err() != nil {
+			// Stopped while warming up (SIGTERM during a long initial
+			// list): a clean stop, not a failure.
+			log.Info("stopped before the informers had synced", "err", err)
+			return nil
+		}
 		return err
 	}
 	defer src.Shutdown()

@@ -93,27 +93,7 @@ func startDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []
 // can take a shard down while it goes on.
 func runDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []string, tune ...func(*Options)) (*Daemon, string, func()) {
 	t.Helper()
-	// Port 0: the daemon listens on a port the system chooses (a port
-	// found free beforehand may be taken by then).
-	opts := Options{Name: name, REST: cfg, EtcdEndpoints: endpoints, HTTPAddr: "127.0.0.1:0"}
-	opts.Shard = shard.DefaultConfig()
-	opts.Shard.BindAddr, opts.Shard.BindPort = "127.0.0.1", 0
-	opts.Shard.Join = join
-	opts.Shard.Partitions = 64
-	opts.Shard.GossipProfile = "local"
-	opts.Shard.SessionTTL = 5
-	opts.Shard.Tick = 20 * time.Millisecond
-	opts.Coordinator = coordinator.DefaultConfig()
-	opts.Coordinator.SessionTTL = 5
-	opts.Scheduler = scheduler.DefaultConfig()
-	opts.Scheduler.SchedulerName = schedName
-	opts.Scheduler.Partitions = 64
-	opts.Scheduler.BindBackoff = 200 * time.Millisecond
-	opts.Status = status.DefaultConfig()
-	opts.Status.Interval = 200 * time.Millisecond
-	if testing.Verbose() {
-		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	opts := testOptions(cfg, name, endpoints, join)
 	for _, f := range tune {
 		f(&opts)
 	}
@@ -142,6 +122,32 @@ func runDaemon(t *testing.T, cfg *rest.Config, name string, endpoints, join []st
 	}
 	t.Cleanup(stop)
 	return d, d.HTTPAddr(), stop
+}
+
+// testOptions are the options of a test's shard process: small partitions
+// and ticks, its HTTP endpoints on a port the system chooses (a port found
+// free beforehand may be taken by then).
+func testOptions(cfg *rest.Config, name string, endpoints, join []string) Options {
+	opts := Options{Name: name, REST: cfg, EtcdEndpoints: endpoints, HTTPAddr: "127.0.0.1:0"}
+	opts.Shard = shard.DefaultConfig()
+	opts.Shard.BindAddr, opts.Shard.BindPort = "127.0.0.1", 0
+	opts.Shard.Join = join
+	opts.Shard.Partitions = 64
+	opts.Shard.GossipProfile = "local"
+	opts.Shard.SessionTTL = 5
+	opts.Shard.Tick = 20 * time.Millisecond
+	opts.Coordinator = coordinator.DefaultConfig()
+	opts.Coordinator.SessionTTL = 5
+	opts.Scheduler = scheduler.DefaultConfig()
+	opts.Scheduler.SchedulerName = schedName
+	opts.Scheduler.Partitions = 64
+	opts.Scheduler.BindBackoff = 200 * time.Millisecond
+	opts.Status = status.DefaultConfig()
+	opts.Status.Interval = 200 * time.Millisecond
+	if testing.Verbose() {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return opts
 }
 
 func (ev *env) nodes(prefix string, n int, cpu, mem string) {

@@ -171,12 +171,12 @@ func (s *Source) Start(ctx context.Context) error {
 	defer cancel()
 	for t, ok := range s.core.WaitForCacheSync(sctx.Done()) {
 		if !ok {
-			return fmt.Errorf("informer %v did not sync", t)
+			return fmt.Errorf("informer %v did not sync: %w", t, sctx.Err())
 		}
 	}
 	for t, ok := range s.vol.WaitForCacheSync(sctx.Done()) {
 		if !ok {
-			return fmt.Errorf("informer %v did not sync (are the Volcano CRDs installed?)", t)
+			return fmt.Errorf("informer %v did not sync (are the Volcano CRDs installed?): %w", t, sctx.Err())
 		}
 	}
 	// An informer's store is synced before its handlers have been given

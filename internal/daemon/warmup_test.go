@@ -1,0 +1,160 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/shardsched/shardsched/internal/testenv"
+)
+
+// refusePodGroupLists answers every list and watch of PodGroups with a 503
+// (client-go lists through a watch, sendInitialEvents), so that the shard's
+// informers never sync; everything else reaches the API server.
+type refusePodGroupLists struct{ next http.RoundTripper }
+
+func (r refusePodGroupLists) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/podgroups") {
+		return &http.Response{
+			StatusCode: http.StatusServiceUnavailable,
+			Status:     "503 Service Unavailable",
+			Header:     http.Header{"Content-Type": {"text/plain"}},
+			Body:       io.NopCloser(strings.NewReader("the test refuses PodGroup lists")),
+			Request:    req,
+		}, nil
+	}
+	return r.next.RoundTrip(req)
+}
+
+// A shard still listing the cluster is live but not ready: /healthz and
+// /metrics answer (with the start-up steps done so far), /readyz says 503
+// and why, the ready callback is not called; stopped then, Run returns nil
+// (a clean stop, not an error) and its HTTP server is gone.
+func TestWarmingUpShardIsLiveNotReadyAndStopsCleanly(t *testing.T) {
+	cfg := rest.CopyConfig(cp.Require(t))
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return refusePodGroupLists{rt} })
+	e := testenv.NewEtcd(t)
+
+	var readyCalled atomic.Bool
+	var addr string
+	var done chan error
+	var cancel context.CancelFunc
+	// The port is picked free beforehand (the endpoints must be reached
+	// before the daemon can say where it listens): taken in between, the
+	// start is tried again.
+	for attempt := 0; ; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = ln.Addr().String()
+		_ = ln.Close()
+		opts := testOptions(cfg, "shard-0", e.Endpoints, nil)
+		opts.HTTPAddr = addr
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(context.Background())
+		done = make(chan error, 1)
+		go func() { done <- Run(ctx, opts, func(*Daemon) { readyCalled.Store(true) }) }()
+		if answered(t, addr, "/healthz", done, 60*time.Second) {
+			break
+		}
+		cancel()
+		if attempt == 2 {
+			t.Fatalf("the shard never served /healthz on %s", addr)
+		}
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	}()
+
+	// Several reads over a few seconds: the informers keep failing to
+	// list, so the shard stays live and not ready.
+	for range 3 {
+		code, body := get(t, addr, "/readyz")
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "informers") {
+			t.Fatalf("/readyz while the informers cannot list: %d %q, want 503 naming the informers", code, body)
+		}
+		if code, _ := get(t, addr, "/healthz"); code != http.StatusOK {
+			t.Fatalf("/healthz while warming up: %d, want 200", code)
+		}
+		time.Sleep(time.Second)
+	}
+	m := scrapeAt(t, addr)
+	for _, step := range []string{"clients", "parts", "serving"} {
+		if _, ok := m[`shardsched_startup_step_end_seconds{step="`+step+`"}`]; !ok {
+			t.Errorf("step %s is not exported while warming up", step)
+		}
+	}
+	for _, step := range []string{"informers", "scheduling"} {
+		if v, ok := m[`shardsched_startup_step_end_seconds{step="`+step+`"}`]; ok {
+			t.Errorf("step %s exported as done (%v s) while the informers cannot list", step, v)
+		}
+	}
+	if readyCalled.Load() {
+		t.Fatal("the ready callback was called while the informers cannot list")
+	}
+
+	cancel()
+	stopped = true
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("a shard stopped while warming up returned %v, want a clean stop", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return within 60 s of being stopped while warming up")
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("the shard's HTTP server still answers after Run returned")
+	}
+}
+
+// answered polls addr+path until it answers 200 (true), the daemon's Run
+// ends (false: the caller may try another port), or timeout passes (false).
+func answered(t *testing.T, addr, path string, done chan error, timeout time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Logf("the daemon ended before %s answered: %v", path, err)
+			return false
+		default:
+		}
+		resp, err := http.Get("http://" + addr + path)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return true
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+// get returns the status code and body of addr+path.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
