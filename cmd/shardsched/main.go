@@ -53,7 +53,7 @@ type options struct {
 	statusNamespace                               string
 	coordTokenFile                                string
 	insecureCoordinator                           bool
-	profiling                                     bool
+	profiling, listFirst                          bool
 }
 
 // errVersion is parse's answer to --version: print the version and stop.
@@ -85,6 +85,7 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.statusFlush, "status-flush-interval", time.Second, "Queue/PodGroup status flush interval")
 	fs.DurationVar(&o.groupCounts, "podgroup-counts-interval", status.DefaultCountsEvery, "least time between two status writes of a PodGroup when only its running/succeeded/failed counts changed (a phase or condition change is written at the next flush); 0 writes counts at every flush")
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz, /readyz")
+	fs.BoolVar(&o.listFirst, "informer-list-first", false, "pod and node informers list the cluster first, then watch, instead of taking their initial state as a stream of watch events (client-go's watch-list): a faster start for more memory while the list is decoded, on the shard and on the API server")
 	fs.BoolVar(&o.profiling, "profiling", false, "also serve Go's profiles under /debug/pprof/ on --http-addr (as kube-scheduler's --profiling)")
 	fs.StringVar(&o.coordAddr, "coordinator-addr", ":7070", "coordinator listen address")
 	fs.StringVar(&o.coordAdvertise, "coordinator-advertise-addr", "", "coordinator URL other shards use (default http://$POD_IP:port)")
@@ -292,7 +293,7 @@ func run(o options, log *slog.Logger) error {
 	done := make(chan error, 1)
 	go func() {
 		done <- daemon.Run(ctx, daemon.Options{
-			Name: o.shardName, REST: rc, EtcdEndpoints: splitList(o.etcdEndpoints), EtcdTLS: tlsCfg, HTTPAddr: o.httpAddr, Profiling: o.profiling,
+			Name: o.shardName, REST: rc, EtcdEndpoints: splitList(o.etcdEndpoints), EtcdTLS: tlsCfg, HTTPAddr: o.httpAddr, Profiling: o.profiling, ListFirst: o.listFirst,
 			Shard: sc, Coordinator: cc, Scheduler: schedCfg, Status: stCfg, Logger: log, Tracer: tp,
 			NoImplicitGroups: !o.implicitGroups,
 			StatusNamespace:  o.statusNamespace,

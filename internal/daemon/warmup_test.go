@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -157,4 +158,47 @@ func get(t *testing.T, addr, path string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// podRequests records, of the requests for all pods, how many were plain
+// lists and how many asked for the initial state as watch events.
+type podRequests struct {
+	next                  http.RoundTripper
+	lists, initialStreams *atomic.Int64
+}
+
+func (r podRequests) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet && req.URL.Path == "/api/v1/pods" {
+		q := req.URL.Query()
+		switch {
+		case q.Get("sendInitialEvents") == "true":
+			r.initialStreams.Add(1)
+		case q.Get("watch") == "" || q.Get("watch") == "false":
+			r.lists.Add(1)
+		}
+	}
+	return r.next.RoundTrip(req)
+}
+
+// The pod informer takes its initial state as client-go's watch-list (a
+// stream of watch events) unless Options.ListFirst asks for a list first.
+func TestInformersWatchListUnlessListFirst(t *testing.T) {
+	for _, listFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ListFirst=%v", listFirst), func(t *testing.T) {
+			var lists, streams atomic.Int64
+			cfg := rest.CopyConfig(cp.Require(t))
+			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+				return podRequests{next: rt, lists: &lists, initialStreams: &streams}
+			})
+			e := testenv.NewEtcd(t)
+			_, _, stop := runDaemon(t, cfg, "shard-0", e.Endpoints, nil, func(o *Options) { o.ListFirst = listFirst })
+			stop()
+			switch {
+			case listFirst && (lists.Load() == 0 || streams.Load() != 0):
+				t.Fatalf("lists of pods %d, watch-list streams %d: want the pods listed, no stream", lists.Load(), streams.Load())
+			case !listFirst && streams.Load() == 0:
+				t.Fatalf("lists of pods %d, watch-list streams %d: want a watch-list stream", lists.Load(), streams.Load())
+			}
+		})
+	}
 }

@@ -93,6 +93,18 @@ func (s *Source) handle(informer string, inf cache.SharedInformer, h cache.Resou
 	s.handlers = append(s.handlers, handlerReg{informer, reg})
 }
 
+// ListFirst returns cs marked, for client-go's informers built on it, as
+// not taking their initial state through a watch-list (a stream of watch
+// events with sendInitialEvents, client-go's default since 1.35): they list
+// first, then watch (daemon.Options.ListFirst).
+func ListFirst(cs kubernetes.Interface) kubernetes.Interface { return listFirst{cs} }
+
+// listFirst answers client-go's question (util/watchlist) of whether a
+// client does not support watch-list semantics.
+type listFirst struct{ kubernetes.Interface }
+
+func (listFirst) IsWatchListSemanticsUnSupported() bool { return true }
+
 // NewSource builds the informers; Start runs them. onQueues may be nil.
 func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueues OnQueues, log *slog.Logger) *Source {
 	if log == nil {
