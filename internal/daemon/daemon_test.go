@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -447,17 +446,9 @@ func (ev *env) scrape() map[string]float64 { return scrapeAt(ev.t, ev.http) }
 // scrapeAt reads the shardsched_ series of the /metrics endpoint at addr.
 func scrapeAt(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, body := get(t, addr, "/metrics")
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 2 && strings.HasPrefix(f[0], "shardsched_") {
 			v, err := strconv.ParseFloat(f[1], 64)
