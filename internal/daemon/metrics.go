@@ -3,6 +3,7 @@ package daemon
 import (
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
@@ -135,7 +136,11 @@ func (d *Daemon) Handler() http.Handler {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !d.synced.Load() {
-			http.Error(w, "starting: the informers have not handed their initial lists to the cache yet", http.StatusServiceUnavailable)
+			waiting := "scheduling to start"
+			if p := d.Source.Pending(); len(p) > 0 {
+				waiting = "the informers of " + strings.Join(p, ", ")
+			}
+			http.Error(w, "starting: the informers have not handed their initial lists to the cache yet; waiting for "+waiting, http.StatusServiceUnavailable)
 			return
 		}
 		if len(d.Shard.Members()) == 0 {

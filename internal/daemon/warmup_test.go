@@ -79,12 +79,17 @@ func TestWarmingUpShardIsLiveNotReadyAndStopsCleanly(t *testing.T) {
 		}
 	}()
 
-	// Several reads over a few seconds: the informers keep failing to
-	// list, so the shard stays live and not ready.
+	// The other informers sync; /readyz then names the one it waits for.
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		code, body := get(t, addr, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.HasSuffix(strings.TrimSpace(body), "waiting for the informers of podgroups")
+	}, "/readyz names the podgroups informer alone as what the shard waits for")
+	// Several reads over a few seconds: the PodGroups keep failing to be
+	// listed, so the shard stays live and not ready.
 	for range 3 {
 		code, body := get(t, addr, "/readyz")
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, "informers") {
-			t.Fatalf("/readyz while the informers cannot list: %d %q, want 503 naming the informers", code, body)
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "podgroups") {
+			t.Fatalf("/readyz while the PodGroups cannot be listed: %d %q, want 503 naming the podgroups informer", code, body)
 		}
 		if code, _ := get(t, addr, "/healthz"); code != http.StatusOK {
 			t.Fatalf("/healthz while warming up: %d, want 200", code)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -170,40 +171,65 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	return s
 }
 
+// syncReportEvery is how often Start logs the informers it still waits for.
+const syncReportEvery = 30 * time.Second
+
 // Start runs the informers until ctx ends and waits for their first sync:
 // every informer's initial list is in its store and has been handed to the
-// sink.
+// sink. It waits without a deadline: listing a large cluster takes minutes
+// on a busy API server (33 s at 100,000 pods on 2 shared cores), and a
+// shard that gave up would only begin again from nothing, for ever. What it
+// still waits for is logged every syncReportEvery and told by Pending.
 func (s *Source) Start(ctx context.Context) error {
 	if s.regErr != nil {
 		return s.regErr
 	}
 	s.core.Start(ctx.Done())
 	s.vol.Start(ctx.Done())
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for t, ok := range s.core.WaitForCacheSync(sctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer %v did not sync: %w", t, sctx.Err())
-		}
-	}
-	for t, ok := range s.vol.WaitForCacheSync(sctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer %v did not sync (are the Volcano CRDs installed?): %w", t, sctx.Err())
-		}
-	}
-	// An informer's store is synced before its handlers have been given
-	// the whole initial list (they are fed from a buffer of their own):
-	// without this wait the scheduler would start with a cache short of
-	// pods already bound, and place over them.
+	// A handler has synced once its informer's store has and the handler
+	// has been given the whole initial list (handlers are fed from a
+	// buffer of their own, behind the store): waiting on the store alone,
+	// the scheduler would start with a cache short of pods already bound,
+	// and place over them.
+	t := time.NewTicker(syncReportEvery)
+	defer t.Stop()
 	for _, h := range s.handlers {
-		select {
-		case <-h.reg.HasSyncedChecker().Done():
-		case <-sctx.Done():
-			return fmt.Errorf("the %s informer's handler was not handed its initial list: %w", h.informer, sctx.Err())
+		for synced := false; !synced; {
+			select {
+			case <-h.reg.HasSyncedChecker().Done():
+				synced = true
+			case <-ctx.Done():
+				return fmt.Errorf("stopped before the %s informer had listed the cluster: %w", h.informer, ctx.Err())
+			case <-t.C:
+				pending := s.Pending()
+				s.log.Info("still listing the cluster", "waiting_for", strings.Join(pending, ","), "hint", syncHint(pending))
+			}
 		}
 	}
 	s.queues()
 	return nil
+}
+
+// Pending names the informers whose initial list has not yet been handed
+// to the sink, in the order Start waits for them (none once it returned).
+func (s *Source) Pending() []string {
+	var out []string
+	for _, h := range s.handlers {
+		if !h.reg.HasSynced() {
+			out = append(out, h.informer)
+		}
+	}
+	return out
+}
+
+// syncHint is what to check when the informers pending never sync.
+func syncHint(pending []string) string {
+	for _, p := range pending {
+		if p == "podgroups" || p == "queues" {
+			return "are Volcano's CRDs (deploy/crds) installed?"
+		}
+	}
+	return "a large cluster takes a while to list; see the API server's load"
 }
 
 // Shutdown stops the informers and waits for their goroutines.

@@ -2,7 +2,10 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,4 +68,54 @@ func TestSourceStartWaitsForTheSinkToHaveTheInitialList(t *testing.T) {
 	if got := sink.nodes.Load(); got != nodes {
 		t.Errorf("Start returned with %d of the %d nodes handed to the sink", got, nodes)
 	}
+}
+
+// blockingSink holds every task until release is closed.
+type blockingSink struct {
+	nopSink
+	release chan struct{}
+}
+
+func (s *blockingSink) AddOrUpdateTask(api.Task) { <-s.release }
+
+// While a handler has not been given its initial list, Pending names its
+// informer and Start waits; stopped then, Start returns at once with an
+// error naming what it waited for and wrapping the context's.
+func TestSourceStartTellsWhatItWaitsForAndStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "pod-1"},
+		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "c"}}}}
+	sink := &blockingSink{release: make(chan struct{})}
+	src := NewSource(kfake.NewSimpleClientset(pod), vfake.NewSimpleClientset(), sink, nil, nil)
+	want := []string{"nodes", "pods", "priorityclasses", "podgroups", "queues"}
+	if got := src.Pending(); !slices.Equal(got, want) {
+		t.Fatalf("Pending before Start = %v, want %v", got, want)
+	}
+	done := make(chan error, 1)
+	go func() { done <- src.Start(ctx) }()
+	// The other informers sync; the pods' handler is held by the sink.
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.Equal(src.Pending(), []string{"pods"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Pending = %v, want only pods while the sink holds the pod", src.Pending())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Start returned (%v) while the pods' handler was held", err)
+	default:
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "pods") {
+			t.Errorf("Start stopped with %v, want an error naming the pods informer and wrapping context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not return within 30 s of its context's end")
+	}
+	close(sink.release)
+	src.Shutdown()
 }
