@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/shardsched/shardsched/internal/cluster"
 	"github.com/shardsched/shardsched/internal/testenv"
 )
 
@@ -63,9 +64,19 @@ func TestWarmingUpShardIsLiveNotReadyAndStopsCleanly(t *testing.T) {
 		ctx, cancel = context.WithCancel(context.Background())
 		done = make(chan error, 1)
 		go func() { done <- Run(ctx, opts, func(*Daemon) { readyCalled.Store(true) }) }()
-		if answered(t, addr, "/healthz", done, 60*time.Second) {
+		// The daemon ending (its port taken) stops the wait at once.
+		_, err = cluster.WaitHTTPOK(context.Background(), "http://"+addr+"/healthz", nil, 60*time.Second, func() error {
+			select {
+			case err := <-done:
+				return fmt.Errorf("the daemon ended before /healthz answered: %v", err)
+			default:
+				return nil
+			}
+		})
+		if err == nil {
 			break
 		}
+		t.Log(err)
 		cancel()
 		if attempt == 2 {
 			t.Fatalf("the shard never served /healthz on %s", addr)
@@ -124,30 +135,6 @@ func TestWarmingUpShardIsLiveNotReadyAndStopsCleanly(t *testing.T) {
 	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		t.Fatal("the shard's HTTP server still answers after Run returned")
 	}
-}
-
-// answered polls addr+path until it answers 200 (true), the daemon's Run
-// ends (false: the caller may try another port), or timeout passes (false).
-func answered(t *testing.T, addr, path string, done chan error, timeout time.Duration) bool {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-done:
-			t.Logf("the daemon ended before %s answered: %v", path, err)
-			return false
-		default:
-		}
-		resp, err := http.Get("http://" + addr + path)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return true
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return false
 }
 
 // get returns the status code and body of addr+path.

@@ -194,20 +194,28 @@ func (s *Source) Start(ctx context.Context) error {
 	t := time.NewTicker(syncReportEvery)
 	defer t.Stop()
 	for _, h := range s.handlers {
-		for synced := false; !synced; {
-			select {
-			case <-h.reg.HasSyncedChecker().Done():
-				synced = true
-			case <-ctx.Done():
-				return fmt.Errorf("stopped before the %s informer had listed the cluster: %w", h.informer, ctx.Err())
-			case <-t.C:
-				pending := s.Pending()
-				s.log.Info("still listing the cluster", "waiting_for", strings.Join(pending, ","), "hint", syncHint(pending))
-			}
+		if err := s.waitSynced(ctx, h, t.C); err != nil {
+			return err
 		}
 	}
 	s.queues()
 	return nil
+}
+
+// waitSynced waits until h has been handed its informer's initial list or
+// ctx ends, logging what is still pending at every tick.
+func (s *Source) waitSynced(ctx context.Context, h handlerReg, tick <-chan time.Time) error {
+	for {
+		select {
+		case <-h.reg.HasSyncedChecker().Done():
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("stopped before the %s informer had listed the cluster: %w", h.informer, ctx.Err())
+		case <-tick:
+			pending := s.Pending()
+			s.log.Info("still listing the cluster", "waiting_for", strings.Join(pending, ","), "hint", syncHint(pending))
+		}
+	}
 }
 
 // Pending names the informers whose initial list has not yet been handed

@@ -19,6 +19,7 @@ import (
 	vfake "volcano.sh/apis/pkg/client/clientset/versioned/fake"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/internal/testenv"
 )
 
 // slowSink counts the tasks and nodes it is handed, taking a while over
@@ -95,13 +96,8 @@ func TestSourceStartTellsWhatItWaitsForAndStops(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- src.Start(ctx) }()
 	// The other informers sync; the pods' handler is held by the sink.
-	deadline := time.Now().Add(30 * time.Second)
-	for !slices.Equal(src.Pending(), []string{"pods"}) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Pending = %v, want only pods while the sink holds the pod", src.Pending())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return slices.Equal(src.Pending(), []string{"pods"}) },
+		"Pending is only pods while the sink holds the pod (last %v)", src.Pending())
 	select {
 	case err := <-done:
 		t.Fatalf("Start returned (%v) while the pods' handler was held", err)
