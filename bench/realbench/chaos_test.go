@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -139,5 +141,41 @@ func TestOwnershipSpans(t *testing.T) {
 	samples[1].fewestMembers = 2
 	if got, want := gossipSpans(samples, start), "2.0–3.0 s (fewest 2 of 3)"; got != want {
 		t.Errorf("gossipSpans = %q, want %q", got, want)
+	}
+}
+
+// A restarted shard is back when it owns its keys again: the survivors
+// owning every key while it starts (as they do with several shards) is
+// not enough.
+func TestOwnsAgainWaitsForTheRestartedShard(t *testing.T) {
+	// Each shard's owned_keys, one value per scrape (the last repeats):
+	// the survivor holds all ten keys for two rounds, then hands five back.
+	owned := [][]int{{0, 0, 2, 5}, {10, 10, 8, 5}}
+	var shards []*chaosShard
+	for i, seq := range owned {
+		var mu sync.Mutex
+		n := 0
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			v := seq[min(n, len(seq)-1)]
+			n++
+			mu.Unlock()
+			fmt.Fprintf(w, "shardsched_owned_keys %d\n", v)
+		}))
+		t.Cleanup(srv.Close)
+		shards = append(shards, &chaosShard{name: fmt.Sprintf("shard-%d", i), metrics: srv.URL, proc: &schedulerProcess{done: make(chan struct{})}})
+	}
+	m := newMonitor(shards)
+	t0 := time.Now()
+	at, err := m.ownsAgainAt(context.Background(), 0, 5, 10, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rounds start scrapeInterval apart at least: the fourth one's start.
+	if got := at.Sub(t0); got < 3*scrapeInterval {
+		t.Errorf("back after %s: before the restarted shard owned its keys (the fourth round, at least %s)", got, 3*scrapeInterval)
+	}
+	if _, err := m.ownsAgainAt(context.Background(), 0, 6, 10, 0); err == nil || !strings.Contains(err.Error(), "shard-0 owns 5 keys") {
+		t.Errorf("a shard that never gets its keys back: err = %v", err)
 	}
 }

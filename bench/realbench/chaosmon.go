@@ -65,6 +65,7 @@ type ownerSample struct {
 	start, end time.Time
 	complete   bool  // every live shard answered
 	owned      int   // sum of their owned_keys
+	ownedBy    []int // each shard's owned_keys, by index (-1: killed or did not answer)
 	leaders    []int // shards reporting coordinator_leader 1
 	live       int   // shards not killed
 	// fewestMembers is the smallest gossip_members a live shard reported
@@ -88,7 +89,10 @@ func newMonitor(shards []*chaosShard) *monitor {
 
 // round scrapes the shards not killed, concurrently.
 func (m *monitor) round(ctx context.Context) ownerSample {
-	s := ownerSample{start: time.Now(), complete: true}
+	s := ownerSample{start: time.Now(), complete: true, ownedBy: make([]int, len(m.shards))}
+	for i := range s.ownedBy {
+		s.ownedBy[i] = -1
+	}
 	type answer struct {
 		i   int
 		m   map[string]float64
@@ -113,6 +117,7 @@ func (m *monitor) round(ctx context.Context) ownerSample {
 			continue
 		}
 		s.owned += int(a.m["owned_keys"])
+		s.ownedBy[a.i] = int(a.m["owned_keys"])
 		s.fewestMembers = min(s.fewestMembers, int(a.m["gossip_members"]))
 		if a.m["coordinator_leader"] == 1 {
 			s.leaders = append(s.leaders, a.i)
@@ -180,6 +185,32 @@ func (m *monitor) settledAt(ctx context.Context, total int, timeout time.Duratio
 		if time.Now().After(deadline) {
 			return time.Time{}, fmt.Errorf("shards not settled after %s: every shard answered %v, owned keys %d of %d, leaders %v",
 				timeout, last.complete, last.owned, total, last.leaders)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(scrapeInterval):
+		}
+	}
+}
+
+// ownsAgainAt scrapes until shard i owns at least want keys and the live
+// shards own all total, and returns when the first such round started:
+// with several shards, the others hold a stopped shard's keys until it is
+// back, so every key owned does not say that it is.
+func (m *monitor) ownsAgainAt(ctx context.Context, i, want, total int, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := unexpectedExit(m.shards); err != nil {
+			return time.Time{}, err
+		}
+		s := m.round(ctx)
+		if s.complete && s.owned == total && s.ownedBy[i] >= want {
+			return s.start, nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%s owns %d keys after %s, %d before it stopped (the shards own %d of %d; every shard answered: %v)",
+				m.shards[i].name, s.ownedBy[i], timeout, want, s.owned, total, s.complete)
 		}
 		select {
 		case <-ctx.Done():

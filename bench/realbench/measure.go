@@ -41,6 +41,9 @@ type result struct {
 	inProcess       bool
 	peakRSSKiB      int64
 	notes           []string // the system's own (instance.finish)
+	// restarts and coldStart: see finished.
+	restarts  []report.Restart
+	coldStart *report.Restart
 	boundTwice      int64    // pods whose nodeName changed once set
 	doubleBooked    int64    // nodes whose pods request more CPU than allocatable
 	// load is the machine's 1-minute load average from the clock start
@@ -256,11 +259,12 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 	// The profiles end before finish, which may restart a shard.
 	r.notes = profiles.wait()
 	if inst.finish != nil {
-		notes, err := inst.finish(rctx)
+		f, err := inst.finish(rctx)
 		if err != nil {
 			return result{}, err
 		}
-		r.notes = append(r.notes, notes...)
+		r.notes = append(r.notes, f.notes...)
+		r.restarts, r.coldStart = f.restarts, f.coldStart
 	}
 	if _, bound := w.counts(); bound > 0 {
 		if n := spent.note(bound, r.cpu, r.harnessCPU); n != "" {

@@ -18,6 +18,7 @@ import (
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/shardsched/shardsched/bench/procstat"
+	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/internal/cluster"
 )
 
@@ -98,24 +99,24 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 		},
 		check: func() error { return unexpectedExit(shards) },
 		stop:  stop,
-		finish: func(ctx context.Context) ([]string, error) {
-			var notes []string
+		finish: func(ctx context.Context) (finished, error) {
+			var f finished
 			for _, s := range shards {
 				m, err := scrapeMetrics(ctx, http.DefaultClient, s.metrics)
 				if err != nil {
-					notes = append(notes, fmt.Sprintf("%s: no breakdown of the pods' waits: %v", s.name, err))
+					f.notes = append(f.notes, fmt.Sprintf("%s: no breakdown of the pods' waits: %v", s.name, err))
 					continue
 				}
 				if n := waitsNote(m); n != "" {
-					notes = append(notes, s.name+": "+n)
+					f.notes = append(f.notes, s.name+": "+n)
 				}
 			}
 			for i, s := range shards {
 				rss, err := procstat.PeakRSSMiBOf(s.proc.cmd.Process.Pid)
 				if err != nil {
-					return nil, fmt.Errorf("%s: %w", s.name, err)
+					return finished{}, fmt.Errorf("%s: %w", s.name, err)
 				}
-				notes = append(notes, fmt.Sprintf("%s: %.1f CPU s over the run, peak RSS %.0f MiB", s.name, (s.proc.cpu()-cpu0[i]).Seconds(), rss))
+				f.notes = append(f.notes, fmt.Sprintf("%s: %.1f CPU s over the run, peak RSS %.0f MiB", s.name, (s.proc.cpu()-cpu0[i]).Seconds(), rss))
 			}
 			for k := range max(env.restarts, 1) {
 				var profile string
@@ -124,16 +125,22 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 				}
 				r, err := restartShard(ctx, shards, 0, k+1, total, profile, min(env.profileSeconds, restartProfileSeconds))
 				if err != nil {
-					return nil, fmt.Errorf("restart %s: %w", shards[0].name, err)
+					return finished{}, fmt.Errorf("restart %s: %w", shards[0].name, err)
 				}
-				notes = append(notes, fmt.Sprintf("restart warm-up %d: %s stopped (SIGTERM) and started again with the run's %d pods in the cluster: /readyz answered after %.1f s (%.1f CPU s, peak RSS %.0f MiB), every partition and queue first seen owned again after %.1f s; the shard's own start-up steps: %s",
-					k+1, shards[0].name, run.pods, r.ready.Seconds(), r.readyCPU.Seconds(), r.readyRSS, r.owned.Seconds(), r.steps))
+				f.restarts = append(f.restarts, r.Restart)
 				if r.profile != "" {
-					notes = append(notes, r.profile)
+					f.notes = append(f.notes, r.profile)
 				}
 			}
-			notes = append(notes, kubeSchedulerColdStart(ctx, env, run))
-			return notes, nil
+			f.notes = append(f.notes, fmt.Sprintf("restart warm-up: %s stopped (SIGTERM) and started again %d times with the run's %d pods in the cluster; the baseline is kube-scheduler started cold against the same cluster, timed to its /readyz (its handlers synced)",
+				shards[0].name, len(f.restarts), run.pods))
+			cold, err := kubeSchedulerColdStart(ctx, env, run)
+			if err != nil {
+				f.notes = append(f.notes, "restart baseline: "+err.Error())
+			} else {
+				f.coldStart = &cold
+			}
+			return f, nil
 		},
 	}, nil
 }
@@ -141,12 +148,12 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 // kubeSchedulerColdStart is the baseline of a restart: kube-scheduler
 // started against the same cluster (every pod of the run in it; a
 // schedulerName no pod asks for), timed to its /readyz, which waits for its
-// informers' handlers to have the initial lists. It returns the note (why
-// there is none when kube-scheduler is not built or does not start).
-func kubeSchedulerColdStart(ctx context.Context, env *benchEnv, run runSpec) string {
+// informers' handlers to have the initial lists. The error says why there
+// is none (kube-scheduler not built, or it did not start).
+func kubeSchedulerColdStart(ctx context.Context, env *benchEnv, run runSpec) (report.Restart, error) {
 	bin, err := kubeSchedulerBinary()
 	if err != nil {
-		return "restart baseline: no kube-scheduler: " + err.Error()
+		return report.Restart{}, fmt.Errorf("no kube-scheduler: %w", err)
 	}
 	k := kubeSchedulerSystem{bin: bin}
 	t0 := time.Now()
@@ -158,37 +165,42 @@ func kubeSchedulerColdStart(ctx context.Context, env *benchEnv, run runSpec) str
 		if p != nil {
 			p.stop()
 		}
-		return "restart baseline: kube-scheduler did not start: " + err.Error()
+		return report.Restart{}, fmt.Errorf("kube-scheduler did not start: %w", err)
 	}
-	ready, cpu := time.Since(t0), p.cpu()
-	rss, _ := procstat.PeakRSSMiBOf(p.cmd.Process.Pid)
+	rs := report.Restart{What: "kube-scheduler, cold start", ReadySeconds: time.Since(t0).Seconds(), CPUSeconds: p.cpu().Seconds()}
+	rs.PeakRSSMiB, _ = procstat.PeakRSSMiBOf(p.cmd.Process.Pid)
 	p.stop()
-	return fmt.Sprintf("restart baseline: kube-scheduler started cold against the same cluster (the run's %d pods in it): /readyz (its handlers synced) answered after %.1f s (%.1f CPU s, peak RSS %.0f MiB)",
-		run.pods, ready.Seconds(), cpu.Seconds(), rss)
+	return rs, nil
 }
 
 // restartProfileSeconds bounds the profile of a restarted shard's
 // start-up (-shard-cpuprofile-seconds, when shorter, is taken).
 const restartProfileSeconds = 15
 
-// restarted is what a shard's restart showed.
+// restarted is what a shard's restart showed: the report's figures, and
+// the note on the profile of its start-up ("" when none was asked).
 type restarted struct {
-	ready, owned time.Duration // from the start: /readyz answered; every key first seen owned
-	readyCPU     time.Duration // the process's CPU when /readyz answered
-	readyRSS     float64       // its peak RSS then, MiB (0: not read)
-	steps        string        // the shard's start-up steps (startupSteps)
-	profile      string        // the note on the profile of its start-up ("" when none was asked)
+	report.Restart
+	profile string
 }
 
 // restartShard stops shards[i] gracefully, starts it again with the same
-// flags (its log in restart-<n> beside the first), and returns how long after the start its /readyz answered and the
-// live shards owned every one of total keys again, and the steps of its
-// start as it exported them (shardsched_startup_step_end_seconds). With a
+// flags (its log in restart-<n> beside the first), and returns how long
+// after the start its /readyz answered and it owned again as many keys as
+// it did before it stopped (every one of total keys owned by some shard),
+// and the steps of its start as it exported them
+// (shardsched_startup_step_end_seconds). With a
 // profile path it also takes a CPU profile of the shard's first
 // profileSeconds (from its /healthz answering: the shard serves its
 // endpoints before it lists the cluster).
 func restartShard(ctx context.Context, shards []*chaosShard, i, n, total int, profile string, profileSeconds int) (restarted, error) {
 	s := shards[i]
+	mon := newMonitor(shards)
+	before := mon.round(ctx)
+	if !before.complete || before.owned != total {
+		return restarted{}, fmt.Errorf("before the restart the shards owned %d of %d keys (every shard answered: %v)", before.owned, total, before.complete)
+	}
+	own := before.ownedBy[i]
 	s.proc.stop()
 	dir := filepath.Join(s.dir, fmt.Sprintf("restart-%d", n))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -219,20 +231,20 @@ func restartShard(ctx context.Context, shards []*chaosShard, i, n, total int, pr
 	if err := p.waitReady(ctx, s.readyz, 10*time.Minute); err != nil {
 		return restarted{}, err
 	}
-	r := restarted{ready: time.Since(t0), readyCPU: p.cpu()}
+	r := restarted{Restart: report.Restart{What: fmt.Sprintf("%s, restart %d", s.name, n), ReadySeconds: time.Since(t0).Seconds(), CPUSeconds: p.cpu().Seconds()}}
 	if rss, err := procstat.PeakRSSMiBOf(p.cmd.Process.Pid); err == nil {
-		r.readyRSS = rss
+		r.PeakRSSMiB = rss
 	}
-	at, err := newMonitor(shards).settledAt(ctx, total, 10*time.Minute)
+	at, err := mon.ownsAgainAt(ctx, i, own, total, 10*time.Minute)
 	if err != nil {
 		return restarted{}, err
 	}
-	r.owned = at.Sub(t0)
+	r.OwnedSeconds = at.Sub(t0).Seconds()
 	body, err := httpGet(ctx, http.DefaultClient, s.metrics)
 	if err != nil {
-		r.steps = "not read: " + err.Error()
+		r.Steps = "not read: " + err.Error()
 	} else {
-		r.steps = startupSteps(body)
+		r.Steps = startupSteps(body)
 	}
 	if profNote != nil {
 		r.profile = <-profNote

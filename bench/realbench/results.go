@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,6 +75,20 @@ func printTables(w io.Writer, o options, results []result) {
 			}
 			for _, n := range r.notes {
 				fmt.Fprintf(w, "%s: %s.\n", r.sys.name, n)
+			}
+			starts := slices.Clone(r.restarts)
+			if r.coldStart != nil {
+				starts = append(starts, *r.coldStart)
+			}
+			for _, rs := range starts {
+				fmt.Fprintf(w, "%s: %s: ready after %.1f s (%.1f CPU s, peak RSS %.0f MiB)", r.sys.name, rs.What, rs.ReadySeconds, rs.CPUSeconds, rs.PeakRSSMiB)
+				if rs.OwnedSeconds > 0 {
+					fmt.Fprintf(w, ", owned its keys again after %.1f s", rs.OwnedSeconds)
+				}
+				if rs.Steps != "" {
+					fmt.Fprintf(w, "; its steps: %s", rs.Steps)
+				}
+				fmt.Fprintln(w, ".")
 			}
 			if l := reportLoad(r.load); l != nil {
 				fmt.Fprintf(w, "%s: machine load (1 min) %.2f when the clock started, %.2f on average (max %.2f) while it ran, on %d CPUs.\n",
@@ -218,6 +233,8 @@ func toRun(r result, tier, label string) report.Run {
 		PeakRSSMiB:        float64(r.peakRSSKiB) / 1024,
 		Invariants:        map[string]int64{invBoundTwice: r.boundTwice, invDoubleBooked: r.doubleBooked},
 		Load:              reportLoad(r.load),
+		Restarts:          r.restarts,
+		ColdStart:         r.coldStart,
 	}
 	rate := report.NewRate(1)
 	for _, t := range r.bindTimes {

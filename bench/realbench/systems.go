@@ -23,6 +23,7 @@ import (
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/bench/procstat"
+	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/daemon"
 	"github.com/shardsched/shardsched/internal/kube"
@@ -94,12 +95,23 @@ type instance struct {
 	// stop ends the system, waits for it and returns its peak RSS in KiB.
 	stop func() (peakRSSKiB int64)
 	// finish, when set, is called once the run's pods are bound, before
-	// stop: what it returns goes into the run's notes.
-	finish func(ctx context.Context) ([]string, error)
+	// stop: what it returns goes into the run.
+	finish func(ctx context.Context) (finished, error)
 	// clockStarted, when set, is called as the run's clock starts (the
 	// system may start measuring itself there: profiles it takes go into
 	// the run's set, whose notes the run waits for before finish).
 	clockStarted func(ctx context.Context, profiles *profileSet)
+}
+
+// finished is what a system measures of itself once the run's pods are
+// bound.
+type finished struct {
+	notes []string
+	// restarts are a shard's restarts, each timed, and coldStart the
+	// baseline's cold start against the same cluster (nil when it did not
+	// start: a note says why).
+	restarts  []report.Restart
+	coldStart *report.Restart
 }
 
 // sysSpec is a system as named on the command line.

@@ -35,6 +35,7 @@ func (r Report) Markdown() string {
 	r.writeResults(&b)
 	r.writeChaos(&b)
 	r.writeReclaim(&b)
+	r.writeRestarts(&b)
 	r.writeNotes(&b)
 	r.writePlots(&b)
 	return b.String()
@@ -220,6 +221,47 @@ func (r Report) writeReclaim(b *strings.Builder) {
 		{name: "Never", right: true}, {name: "Pods evicted", right: true}, {name: "CPU evicted", right: true},
 		{name: "CPU needed", right: true}, {name: "Evicted / needed", right: true}, {name: "Loops", right: true}, {name: "Lender pods evicted", right: true}, {name: "Overruns", right: true},
 	}, rows)
+}
+
+// writeRestarts gives, per run that restarted a shard, each restart beside
+// the baseline's cold start against the same cluster.
+func (r Report) writeRestarts(b *strings.Builder) {
+	if !slices.ContainsFunc(r.Runs, func(run Run) bool { return len(run.Restarts) > 0 }) {
+		return
+	}
+	b.WriteString("## Restart warm-up\n\n")
+	b.WriteString("A shard stopped and started again with the run's pods in the cluster: the time until its /readyz answered " +
+		"(its caches hold the cluster), the same against the baseline's cold start, the time until it owned its keys again, " +
+		"and its CPU and peak RSS by the time it was ready.\n\n")
+	for _, run := range r.Runs {
+		if len(run.Restarts) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "### %s\n\n", oneLine(run.Name))
+		rows := make([][]string, 0, len(run.Restarts)+1)
+		for _, rs := range run.Restarts {
+			vs := "n/a"
+			if c := run.ColdStart; c != nil && c.ReadySeconds > 0 {
+				vs = num(rs.ReadySeconds/c.ReadySeconds) + "×"
+			}
+			rows = append(rows, restartRow(rs, vs))
+		}
+		if c := run.ColdStart; c != nil {
+			rows = append(rows, restartRow(*c, "1×"))
+		}
+		writeTable(b, []column{
+			{name: "Start"}, {name: "Ready after (s)", right: true}, {name: "vs cold start", right: true},
+			{name: "Owns its keys after (s)", right: true}, {name: "CPU s", right: true}, {name: "Peak RSS MiB", right: true}, {name: "Steps"},
+		}, rows)
+	}
+}
+
+func restartRow(rs Restart, vs string) []string {
+	owned := "–"
+	if rs.OwnedSeconds > 0 {
+		owned = num(rs.OwnedSeconds)
+	}
+	return []string{rs.What, num(rs.ReadySeconds), vs, owned, num(rs.CPUSeconds), num(rs.PeakRSSMiB), rs.Steps}
 }
 
 func recovery(v float64) string {

@@ -74,6 +74,11 @@ func fixture() Report {
 				{At: 10, What: "kill -9 shard-2", OwnersBackAfter: 2.5, ThroughputBackAfter: 4},
 				{At: 30, What: "restart etcd", OwnersBackAfter: 1.25, ThroughputBackAfter: -1},
 			}},
+			Restarts: []Restart{
+				{What: "shard-0, restart 1", ReadySeconds: 5, CPUSeconds: 3.5, PeakRSSMiB: 300, OwnedSeconds: 6.5, Steps: "informers 4.90 s"},
+				{What: "shard-0, restart 2", ReadySeconds: 12, CPUSeconds: 4, PeakRSSMiB: 310, OwnedSeconds: 13},
+			},
+			ColdStart: &Restart{What: "kube-scheduler, cold start", ReadySeconds: 10, CPUSeconds: 4.5, PeakRSSMiB: 320},
 		}, {
 			Name: "chaos/1000 nodes/kube-scheduler", Mode: "real", Scenario: "chaos", Tier: "1000 nodes",
 			System: "kube-scheduler", Pods: 10000, Unbound: 12, WallSeconds: 200, PodsPerSec: 50,
@@ -271,6 +276,18 @@ func TestMarkdown(t *testing.T) {
 	if cells := row(t, md, "30.0"); !slices.Equal(cells[1:], []string{"restart etcd", "1.25", "never"}) {
 		t.Errorf("chaos event row = %q", cells)
 	}
+	if cells := row(t, md, "shard-0, restart 1"); !slices.Equal(cells[1:], []string{"5.00", "0.500×", "6.50", "3.50", "300", "informers 4.90 s"}) {
+		t.Errorf("restart row = %q", cells)
+	}
+	if cells := row(t, md, "shard-0, restart 2"); !slices.Equal(cells[1:3], []string{"12.0", "1.20×"}) {
+		t.Errorf("slower restart row = %q", cells)
+	}
+	if cells := row(t, md, "kube-scheduler, cold start"); !slices.Equal(cells[1:5], []string{"10.0", "1×", "–", "4.50"}) {
+		t.Errorf("cold start row = %q", cells)
+	}
+	if strings.Count(md, "## Restart warm-up") != 1 || strings.Contains(md, "### chaos/1000 nodes/kube-scheduler\n\n| Start") {
+		t.Error("restart section missing, repeated, or given to a run without restarts")
+	}
 	if !strings.Contains(md, "### chaos/1000 nodes/shardsched\n\nAdmitted jobs lost: 0\n") {
 		t.Error("chaos section of the shardsched run missing")
 	}
@@ -287,7 +304,7 @@ func TestMarkdownEdgeCases(t *testing.T) {
 			t.Errorf("empty report: Markdown lacks %q", s)
 		}
 	}
-	if strings.Contains(md, "## Plots") || strings.Contains(md, "## Chaos") {
+	if strings.Contains(md, "## Plots") || strings.Contains(md, "## Chaos") || strings.Contains(md, "## Restart warm-up") {
 		t.Errorf("empty report has plot or chaos sections:\n%s", md)
 	}
 	if md := (Report{Runs: []Run{{Name: "x"}}}).Markdown(); strings.Contains(md, "Load before → during” is") {

@@ -98,6 +98,12 @@ type Run struct {
 
 	Chaos   *Chaos   `json:"chaos,omitempty"`
 	Reclaim *Reclaim `json:"reclaim,omitempty"`
+	// Restarts are a shard's restarts once the run's pods were bound, in
+	// order, and ColdStart the baseline they are read against (another
+	// scheduler started cold against the same cluster); real runs of shard
+	// processes only.
+	Restarts  []Restart `json:"restarts,omitempty"`
+	ColdStart *Restart  `json:"coldStart,omitempty"`
 	// VirtualCPU is set for a simulated run with a machine per shard
 	// (Mode "sim-vcpu"); PodsPerSec is then per virtual second.
 	VirtualCPU *VirtualCPU `json:"virtualCPU,omitempty"`
@@ -159,6 +165,25 @@ type Reclaim struct {
 	// LenderEvictions counts pods of lenders evicted: a lender that
 	// borrowed beyond its share once it had it may lose that to another.
 	LenderEvictions int64 `json:"lenderEvictions"`
+}
+
+// Restart is one start of a scheduler process against a cluster that
+// already holds the run's pods: how long it took to be ready, and what it
+// cost to get there. Seconds are from the process's start.
+type Restart struct {
+	What string `json:"what"` // e.g. "shard-0, restart 2", "kube-scheduler, cold start"
+	// ReadySeconds is until its /readyz answered (its caches hold the
+	// cluster); CPUSeconds and PeakRSSMiB are the process's by then.
+	ReadySeconds float64 `json:"readySeconds"`
+	CPUSeconds   float64 `json:"cpuSeconds"`
+	PeakRSSMiB   float64 `json:"peakRSSMiB"`
+	// OwnedSeconds is until the restarted shard itself owned as many keys
+	// (partitions and queues) as before it stopped, every key owned by
+	// some shard; 0 when not measured (a baseline).
+	OwnedSeconds float64 `json:"ownedSeconds,omitempty"`
+	// Steps are its start-up steps as it reported them, e.g. "informers
+	// 4.10 s, scheduling 0.01 s".
+	Steps string `json:"steps,omitempty"`
 }
 
 // Point is one sample of a time series.
