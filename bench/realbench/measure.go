@@ -42,10 +42,10 @@ type result struct {
 	peakRSSKiB      int64
 	notes           []string // the system's own (instance.finish)
 	// restarts and coldStart: see finished.
-	restarts  []report.Restart
-	coldStart *report.Restart
-	boundTwice      int64    // pods whose nodeName changed once set
-	doubleBooked    int64    // nodes whose pods request more CPU than allocatable
+	restarts     []report.Restart
+	coldStart    *report.Restart
+	boundTwice   int64 // pods whose nodeName changed once set
+	doubleBooked int64 // nodes whose pods request more CPU than allocatable
 	// load is the machine's 1-minute load average from the clock start
 	// to the end of the wait for binds.
 	load procstat.LoadStats
