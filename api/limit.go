@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/fxamacker/cbor/v2"
 )
 
 // Limit is a per-dimension upper bound, as a queue's capability is: a
@@ -101,12 +103,37 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 	return json.Marshal(m)
 }
 
+// MarshalCBOR encodes the set dimensions as a map, as MarshalJSON does (the
+// coordinator's batches travel as CBOR between participants that read it).
+func (l Limit) MarshalCBOR() ([]byte, error) {
+	m := l.set
+	if m == nil {
+		m = map[string]int64{}
+	}
+	return cbor.Marshal(m)
+}
+
+// UnmarshalCBOR decodes a map of dimension → amount, rejecting negatives.
+func (l *Limit) UnmarshalCBOR(b []byte) error {
+	var m map[string]int64
+	if err := cbor.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	return l.setFrom(m)
+}
+
 // UnmarshalJSON decodes an object of dimension → amount, rejecting negatives.
 func (l *Limit) UnmarshalJSON(b []byte) error {
 	var m map[string]int64
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
+	return l.setFrom(m)
+}
+
+// setFrom makes l the limit of m's dimensions (unlimited when m is empty),
+// rejecting negatives.
+func (l *Limit) setFrom(m map[string]int64) error {
 	nl, err := NewLimit(m)
 	if err != nil {
 		return err

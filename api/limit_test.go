@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/fxamacker/cbor/v2"
 )
 
 func mustLimit(t testing.TB, dims map[string]int64) Limit {
@@ -157,5 +159,31 @@ func TestLimitOf(t *testing.T) {
 	}
 	if dim, _, ok := l.Excess(res(0, 1)); !ok || dim != Memory {
 		t.Errorf("LimitOf bounds memory at zero; Excess(1 byte) = %q, %v", dim, ok)
+	}
+}
+
+// A limit crosses CBOR as it crosses JSON: its set dimensions, unlimited
+// as unlimited, and a negative amount refused with the dimension named.
+func TestLimitCBOR(t *testing.T) {
+	for _, l := range []Limit{Unlimited(), mustLimit(t, map[string]int64{CPU: 4000, Memory: 1 << 30, "nvidia.com/gpu": 2})} {
+		b, err := cbor.Marshal(struct{ L Limit }{l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct{ L Limit }
+		if err := cbor.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.L.Map(), l.Map()) || got.L.IsUnlimited() != l.IsUnlimited() {
+			t.Errorf("%s came back as %s", l, got.L)
+		}
+	}
+	b, err := cbor.Marshal(map[string]int64{CPU: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l Limit
+	if err := cbor.Unmarshal(b, &l); err == nil || !strings.Contains(err.Error(), CPU) {
+		t.Errorf("a negative cpu: err = %v, want one naming %s", err, CPU)
 	}
 }

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -161,7 +160,31 @@ func (c *Client) postBatch(addr string, items []batchItem) ([]reply, error) {
 	if l := c.cfg.Local; l != nil && addr == l.Addr() {
 		return c.localBatch(l, items)
 	}
-	payload, err := json.Marshal(items)
+	asCBOR := !c.cfg.JSONBatches && c.readsCBOR(addr)
+	replies, err := c.postBatchAs(addr, items, asCBOR)
+	if errors.Is(err, errNoCBOR) {
+		// It read nothing of the batch: the same again, as JSON.
+		replies, err = c.postBatchAs(addr, items, false)
+	}
+	return replies, err
+}
+
+// errNoCBOR: a CBOR batch was answered by a participant that does not say
+// it reads CBOR (an older version at an address that did).
+var errNoCBOR = errors.New("coordinator: the participant does not read CBOR batches")
+
+// readsCBOR reports whether the participant at addr said, in its last
+// answer, that it reads CBOR batches.
+func (c *Client) readsCBOR(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cborAddrs[addr]
+}
+
+// postBatchAs sends one batch in CBOR or JSON, and reads the answer in
+// what it came in.
+func (c *Client) postBatchAs(addr string, items []batchItem, asCBOR bool) ([]reply, error) {
+	payload, err := marshalBody(items, asCBOR)
 	if err != nil {
 		return nil, err
 	}
@@ -172,13 +195,27 @@ func (c *Client) postBatch(addr string, items []batchItem) ([]reply, error) {
 		return nil, err
 	}
 	c.setHeaders(req)
+	if asCBOR {
+		req.Header.Set("Content-Type", mediaCBOR)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	reads := speaksCBOR(resp.Header)
+	c.mu.Lock()
+	if reads {
+		c.cborAddrs[addr] = true
+	} else {
+		delete(c.cborAddrs, addr)
+	}
+	c.mu.Unlock()
+	if asCBOR && !reads {
+		return nil, errNoCBOR
+	}
 	var br batchReply
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64*maxBody)).Decode(&br); err != nil {
+	if err := decodeBody(io.LimitReader(resp.Body, 64*maxBody), &br, isCBOR(resp.Header)); err != nil {
 		return nil, err
 	}
 	if br.Error != nil {

@@ -46,6 +46,9 @@ type ClientConfig struct {
 	Batch              bool
 	MaxBatch           int
 	MaxInflightBatches int
+	// JSONBatches keeps batches in JSON even to a leader that reads CBOR
+	// (codec.go): for reading them on the wire, and to compare the two.
+	JSONBatches bool
 	// Tracer provides the shard-side spans; nil means no tracing.
 	Tracer trace.TracerProvider
 	// Token is sent with every call (the servers' Config.Token).
@@ -84,8 +87,11 @@ type Client struct {
 	closed chan struct{}
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex // guards leader
+	mu     sync.Mutex // guards leader and cborAddrs
 	leader string
+	// cborAddrs are the participants' addresses whose last answer said
+	// they read CBOR batches (codec.go).
+	cborAddrs map[string]bool
 }
 
 // NewClient returns a client; cli is used only to find the leader.
@@ -103,7 +109,7 @@ func NewClient(cli *clientv3.Client, cfg ClientConfig) (*Client, error) {
 		cfg.Tracer = noop.NewTracerProvider()
 	}
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
-	c := &Client{cfg: cfg, cli: cli, hc: &http.Client{Transport: tr}, closed: make(chan struct{})}
+	c := &Client{cfg: cfg, cli: cli, hc: &http.Client{Transport: tr}, closed: make(chan struct{}), cborAddrs: map[string]bool{}}
 	if cfg.Batch {
 		c.queue = make(chan *queued, 4*cfg.MaxBatch)
 		c.wg.Add(1)

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -137,10 +138,14 @@ const maxBody = 4 << 20
 func (s *Server) handler() http.Handler {
 	api := s.routes()
 	if s.cfg.Token == "" {
-		return api
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(headerCodecs, codecsCBOR)
+			api.ServeHTTP(w, r)
+		})
 	}
 	want := []byte("Bearer " + s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(headerCodecs, codecsCBOR)
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
@@ -196,8 +201,11 @@ func (s *Server) routes() http.Handler {
 		}
 	})
 	mux.HandleFunc("POST /v1/batch", func(w http.ResponseWriter, r *http.Request) {
+		// Answered in what it was asked in (codec.go); errors in JSON.
+		asCBOR := isCBOR(r.Header)
 		var items []batchItem
-		if !decode(w, r, &items) {
+		if err := decodeBody(http.MaxBytesReader(w, r.Body, maxBody), &items, asCBOR); err != nil {
+			s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "invalid request body: " + err.Error()}})
 			return
 		}
 		out, err := s.batch(r.Context(), items)
@@ -205,8 +213,17 @@ func (s *Server) routes() http.Handler {
 			s.writeReply(w, r.Context(), result{err: err})
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(out)
+		body, err := marshalBody(out, asCBOR)
+		if err != nil {
+			s.writeReply(w, r.Context(), result{err: fmt.Errorf("%w: encoding the answer: %v", ErrUnavailable, err)})
+			return
+		}
+		if asCBOR {
+			w.Header().Set("Content-Type", mediaCBOR)
+		} else {
+			w.Header().Set("Content-Type", mediaJSON)
+		}
+		_, _ = w.Write(body)
 	})
 	mux.HandleFunc("GET /v1/reservations", func(w http.ResponseWriter, r *http.Request) {
 		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opList}))
@@ -293,7 +310,7 @@ func (s *Server) writeReply(w http.ResponseWriter, ctx context.Context, res resu
 			}
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", mediaJSON)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(rep)
 }

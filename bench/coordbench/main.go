@@ -48,6 +48,9 @@ type options struct {
 	groupOps   int
 	ceiling    bool
 	cpuprofile string
+	// jsonBatches: the coordinator's runs with its clients' batches in
+	// JSON, CBOR, or both (each run as its own row).
+	jsonBatches []bool
 }
 
 func parseInts(flagName, s string) ([]int, error) {
@@ -72,7 +75,8 @@ func main() {
 	flag.DurationVar(&o.groupDelay, "group-delay", 0, "coordinator group delay (0: commit when no request waits)")
 	flag.IntVar(&o.groupOps, "max-group-ops", 128, "coordinator calls per group and operations per etcd Txn, 1..4096 (etcd's --max-txn-ops is raised to match)")
 	flag.BoolVar(&o.ceiling, "etcd-ceiling", false, "also measure etcd alone: Txns of -max-group-ops reservation-sized puts under a lease, guarded like the leader's, with 1, 2, 4 and 8 in flight (the most any layout of one key per reservation can reach, pipelined or not)")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the coordinator's runs (not the naive baseline's) to this file; with several configurations, one file each, named <file>.<clients>x<inflight>")
+	codecs := flag.String("codecs", "cbor", "comma-separated wire formats of the clients' batches to the leader, each its own coordinator run: cbor (what a client sends to a leader that reads it), json (ClientConfig.JSONBatches)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the coordinator's runs (not the naive baseline's) to this file; with several configurations, one file each, named <file>.<clients>x<inflight>, and with several -codecs .<codec> after it")
 	flag.Parse()
 	var err error
 	if o.clients, err = parseInts("clients", *clients); err == nil {
@@ -80,6 +84,16 @@ func main() {
 	}
 	if err == nil && (o.duration < 100*time.Millisecond || o.duration > time.Hour) {
 		err = fmt.Errorf("-duration %s: must be between 100ms and 1h", o.duration)
+	}
+	for _, c := range strings.Split(*codecs, ",") {
+		switch strings.TrimSpace(c) {
+		case "cbor":
+			o.jsonBatches = append(o.jsonBatches, false)
+		case "json":
+			o.jsonBatches = append(o.jsonBatches, true)
+		default:
+			err = fmt.Errorf("-codecs: %q is neither cbor nor json", c)
+		}
 	}
 	if err == nil && (o.leaves < 1 || o.leaves > 1000) {
 		err = fmt.Errorf("-leaves %d: must be between 1 and 1000", o.leaves)
@@ -161,35 +175,45 @@ func run(o options) error {
 	round := 0
 	for _, n := range o.clients {
 		for _, inf := range o.inflight {
-			round++
-			before := srv.Stats()
-			// The leader's counters are read as soon as the clients stop:
-			// when their sessions end, the leader releases their tentative
-			// reservations, which are not part of the run.
-			var st coordinator.Stats
-			stopProfile, err := startProfile(o, len(o.clients)*len(o.inflight) > 1, n, inf)
-			if err != nil {
-				return err
-			}
-			ours, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, func() { st = srv.Stats(); stopProfile() })
-			stopProfile()
-			if err != nil {
-				return err
+			var ours []stats
+			for _, jsonBatches := range o.jsonBatches {
+				round++
+				before := srv.Stats()
+				// The leader's counters are read as soon as the clients stop:
+				// when their sessions end, the leader releases their tentative
+				// reservations, which are not part of the run.
+				var st coordinator.Stats
+				var suffix string
+				if len(o.clients)*len(o.inflight) > 1 {
+					suffix += fmt.Sprintf(".%dx%d", n, inf)
+				}
+				if len(o.jsonBatches) > 1 {
+					suffix += "." + codecName(jsonBatches)
+				}
+				stopProfile, err := startProfile(o, suffix)
+				if err != nil {
+					return err
+				}
+				s, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, jsonBatches, func() { st = srv.Stats(); stopProfile() })
+				stopProfile()
+				if err != nil {
+					return err
+				}
+				ours = append(ours, s)
+				if g := st.Groups - before.Groups; g > 0 && os.Getenv("COORDBENCH_DEBUG") != "" {
+					fmt.Fprintf(os.Stderr, "%s: %d groups, %.1f calls/group, commit %.2f ms/group, apply %.2f ms/group, over %s\n", s.system, g,
+						float64(st.Calls-before.Calls)/float64(g), float64((st.CommitTime-before.CommitTime).Microseconds())/1e3/float64(g),
+						float64((st.ApplyTime-before.ApplyTime).Microseconds())/1e3/float64(g), o.duration)
+				}
 			}
 			naive, err := runNaive(ctx, newCli, specs, leaves, n, inf, o.duration, round)
 			if err != nil {
 				return err
 			}
-			ratio := ours.rate() / naive.rate()
-			if g := st.Groups - before.Groups; g > 0 && os.Getenv("COORDBENCH_DEBUG") != "" {
-				fmt.Fprintf(os.Stderr, "coordinator: %d groups, %.1f calls/group, commit %.2f ms/group, apply %.2f ms/group, over %s\n", g,
-					float64(st.Calls-before.Calls)/float64(g), float64((st.CommitTime-before.CommitTime).Microseconds())/1e3/float64(g),
-					float64((st.ApplyTime-before.ApplyTime).Microseconds())/1e3/float64(g), o.duration)
-			}
-			for _, s := range []stats{naive, ours} {
+			for _, s := range append([]stats{naive}, ours...) {
 				r := ""
-				if s.system == "coordinator" {
-					r = fmt.Sprintf("%.1f×", ratio)
+				if s.system != naive.system {
+					r = fmt.Sprintf("%.1f×", s.rate()/naive.rate())
 				}
 				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %d | %d | %s |\n", s.clients, s.inflight, s.system, s.rate(),
 					s.pct(0.50).Round(10*time.Microsecond), s.pct(0.99).Round(10*time.Microsecond), s.conflicts, s.gaveUp, r)
@@ -202,17 +226,22 @@ func run(o options) error {
 	return nil
 }
 
+// codecName is the wire format of a run's batches.
+func codecName(jsonBatches bool) string {
+	if jsonBatches {
+		return "json"
+	}
+	return "cbor"
+}
+
 // startProfile starts the CPU profile of one coordinator run, when asked
-// for; the function it returns stops it (at most once).
-func startProfile(o options, several bool, clients, inflight int) (stop func(), err error) {
+// for, in -cpuprofile's file with suffix; the function it returns stops it
+// (at most once).
+func startProfile(o options, suffix string) (stop func(), err error) {
 	if o.cpuprofile == "" {
 		return func() {}, nil
 	}
-	path := o.cpuprofile
-	if several {
-		path = fmt.Sprintf("%s.%dx%d", path, clients, inflight)
-	}
-	f, err := os.Create(path)
+	f, err := os.Create(o.cpuprofile + suffix)
 	if err != nil {
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
@@ -324,7 +353,7 @@ func drive(n, inflight int, d time.Duration, op func(client, worker, i int, stop
 }
 
 func runCoordinator(ctx context.Context, newCli func() (*clientv3.Client, error), cfg coordinator.Config,
-	specs []api.QueueSpec, leaves []string, n, inflight int, d time.Duration, round int, stopped func()) (stats, error) {
+	specs []api.QueueSpec, leaves []string, n, inflight int, d time.Duration, round int, jsonBatches bool, stopped func()) (stats, error) {
 	var clients []*coordinator.Client
 	var cleanup []func()
 	defer func() {
@@ -344,6 +373,7 @@ func runCoordinator(ctx context.Context, newCli func() (*clientv3.Client, error)
 		}
 		cc := coordinator.DefaultClientConfig()
 		cc.Prefix, cc.Shard, cc.Lease = cfg.Prefix, fmt.Sprintf("shard-%d", i), sess.Lease()
+		cc.JSONBatches = jsonBatches
 		c, err := coordinator.NewClient(cli, cc)
 		if err != nil {
 			return stats{}, err
@@ -361,7 +391,7 @@ func runCoordinator(ctx context.Context, newCli func() (*clientv3.Client, error)
 		return 0, err
 	})
 	stopped()
-	s.system = "coordinator"
+	s.system = "coordinator, " + codecName(jsonBatches) + " batches"
 	return s, err
 }
 
