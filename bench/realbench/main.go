@@ -119,8 +119,10 @@ const (
 
 type options struct {
 	nodes, pods, creators, groups int
-	warmup                        int
-	timeout                       time.Duration
+	// serialJobPods: see createPods.
+	serialJobPods bool
+	warmup        int
+	timeout       time.Duration
 	// idleWindow is how long each stream run measures every process's
 	// CPU with its system started and no pod, before the clock (0: not).
 	idleWindow time.Duration
@@ -162,7 +164,8 @@ func main() {
 	var seed uint64
 	flag.IntVar(&o.nodes, "nodes", 1000, "kwok nodes (64 CPU, 256Gi each; with -workload, the workload's node)")
 	flag.IntVar(&o.pods, "pods", 10000, "pods per run (1 CPU, 2Gi each; with -workload, the workload's)")
-	flag.IntVar(&o.creators, "creators", 32, "concurrent pod creators (with -workload each takes whole jobs)")
+	flag.IntVar(&o.creators, "creators", 32, "concurrent pod creators")
+	flag.BoolVar(&o.serialJobPods, "serial-job-pods", false, "with -workload, each creator takes a whole job and makes its pods one after the other (the sixteenth to eighteenth sessions' runs), instead of the creators making each job's pods side by side, jobs in order, as a job controller does")
 	flag.IntVar(&o.groups, "groups", 100, "PodGroups the pods are spread over (like Jobs); not read with -workload")
 	flag.StringVar(&workload, "workload", "", "declarative workload file (bench/workloads/*.yaml) the pods are drawn from (empty: identical pods over -groups PodGroups)")
 	flag.StringVar(&tier, "tier", "", "tier of -workload (its job mix, queue tree and GPUs; the cluster is -nodes, not the tier's)")

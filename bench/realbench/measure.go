@@ -67,8 +67,8 @@ type bindWatch struct {
 	seen    map[types.UID]time.Time // every pod the informer has seen, and when first
 	twice   int64
 	// lastOfJob is, for each pod of a job of several pods (a workload's
-	// job: its creator makes them one after the other), when the create
-	// call of the job's last pod was made: a gang can bind no sooner.
+	// job), when the create call of the job's last pod was made: a gang
+	// can bind no sooner.
 	lastOfJob map[types.UID]time.Time
 }
 
@@ -212,13 +212,13 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 			})
 		}
 		monitor()
-		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
+		createDur, err := createPods(rctx, podCreator(env.cs, run.namespace), o.creators, plan, w, o.serialJobPods)
 		if err != nil {
 			return result{}, err
 		}
 		r.createPerSec = float64(o.pods) / createDur.Seconds()
 	case modeBacklog:
-		createDur, err := createPods(rctx, env.cs, o.creators, plan, run, w)
+		createDur, err := createPods(rctx, podCreator(env.cs, run.namespace), o.creators, plan, w, o.serialJobPods)
 		if err != nil {
 			return result{}, err
 		}
@@ -362,44 +362,91 @@ func createNamespace(ctx context.Context, env *benchEnv, run runSpec, groups []*
 	return nil
 }
 
-// createPods creates the plan's pods with creators workers, each taking
-// the next unit (one pod, or every pod of a workload's job) and creating
-// its pods one after the other, recording when each create call was made.
-// It returns how long it took.
-func createPods(ctx context.Context, cs kubernetes.Interface, creators int, plan podPlan, run runSpec, w *bindWatch) (time.Duration, error) {
+// createPods creates the plan's pods (each with create, the API server's
+// create call) with creators workers and records when each call was made. It returns how long it took. With
+// serial, each worker takes the next unit (one pod, or every pod of a
+// workload's job) and creates its pods one after the other; otherwise the
+// workers take the next pod, the units' pods in order, so that a job's
+// pods are created side by side, as a job controller creates them.
+func createPods(ctx context.Context, create func(context.Context, *corev1.Pod) (*corev1.Pod, error), creators int, plan podPlan, w *bindWatch, serial bool) (time.Duration, error) {
 	start := time.Now()
+	type made struct {
+		mu   sync.Mutex
+		uids []types.UID
+		last time.Time // the latest create call of the unit's pods
+		left int
+	}
+	units := make([]made, len(plan.units))
+	type slot struct{ unit, pod int }
+	var order []slot
+	for u, pods := range plan.units {
+		units[u].left = len(pods)
+		for i := range pods {
+			order = append(order, slot{u, i})
+		}
+	}
+	// createOne creates one pod and, once it was its unit's last, records the
+	// job's last create call.
+	createOne := func(sl slot) error {
+		p := plan.units[sl.unit][sl.pod]
+		t0 := time.Now()
+		out, err := create(ctx, p)
+		if err != nil {
+			return fmt.Errorf("create pod %s: %w", p.Name, err)
+		}
+		w.noteCreated(out.UID, t0)
+		m := &units[sl.unit]
+		m.mu.Lock()
+		m.uids = append(m.uids, out.UID)
+		if t0.After(m.last) {
+			m.last = t0
+		}
+		m.left--
+		done := m.left == 0 && len(m.uids) > 1
+		m.mu.Unlock()
+		if done {
+			w.noteJobCreated(m.uids, m.last)
+		}
+		return nil
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, creators)
 	for c := 0; c < creators; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
-				u := int(next.Add(1)) - 1
-				if u >= len(plan.units) {
-					return
-				}
-				uids := make([]types.UID, 0, len(plan.units[u]))
-				var last time.Time
-				for _, p := range plan.units[u] {
-					t0 := time.Now()
-					out, err := cs.CoreV1().Pods(run.namespace).Create(ctx, p, metav1.CreateOptions{})
-					if err != nil {
-						errs[c] = fmt.Errorf("create pod %s: %w", p.Name, err)
+				i := int(next.Add(1)) - 1
+				if serial {
+					if i >= len(plan.units) {
 						return
 					}
-					w.noteCreated(out.UID, t0)
-					uids, last = append(uids, out.UID), t0
+					for k := range plan.units[i] {
+						if err := createOne(slot{i, k}); err != nil {
+							errs[c] = err
+							return
+						}
+					}
+					continue
 				}
-				if len(uids) > 1 {
-					w.noteJobCreated(uids, last)
+				if i >= len(order) {
+					return
+				}
+				if err := createOne(order[i]); err != nil {
+					errs[c] = err
+					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return time.Since(start), errors.Join(errs...)
+}
+
+// podCreator is the API server's create call for pods in namespace.
+func podCreator(cs kubernetes.Interface, namespace string) func(context.Context, *corev1.Pod) (*corev1.Pod, error) {
+	return func(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
+		return cs.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+	}
 }
 
 // waitFor polls done every 50 ms until it reports true or an error, ctx
@@ -455,8 +502,7 @@ func doubleBookedNodes(ctx context.Context, cs kubernetes.Interface) (int64, err
 
 // jobMadeNote splits create→bound for the pods of jobs of several pods
 // (seconds): making is each pod's wait, from its create call, for the
-// create call of its job's last pod (a gang binds no sooner, and the
-// creators make a job's pods one after the other); fromLast is from that
+// create call of its job's last pod (a gang binds no sooner); fromLast is from that
 // call to the pod's bind, what the scheduler took once the whole job
 // existed.
 func jobMadeNote(making, fromLast []float64) string {

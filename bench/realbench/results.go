@@ -166,6 +166,15 @@ func buildReport(o options, results []result, chaosRuns, faultRuns []report.Run,
 	return rep
 }
 
+// streamNote says how a workload's pods are created.
+func streamNote(serial bool, creators int) string {
+	how := fmt.Sprintf("the %d creators take the next pod, the jobs' pods in order, so a job's pods are created side by side as a job controller creates them", creators)
+	if serial {
+		how = fmt.Sprintf("each of the %d creators takes the next whole job and creates its pods one after the other (-serial-job-pods)", creators)
+	}
+	return "Arrival times and the tier's rate are ignored: in stream mode " + how + ", as fast as the API server takes them; in backlog mode every pod exists before the scheduler starts."
+}
+
 // faultTarget judges a fault scenario: no violation over its seeds.
 func faultTarget(r report.Run) report.Target {
 	var total int64
@@ -358,7 +367,7 @@ func workloadNotes(o options) []string {
 	notes := []string{
 		fmt.Sprintf("Workload %s (%s), tier %s, seed %d: the first %d jobs of its generator, the last cut to make %d pods. Each job is a PodGroup (minMember = its size, in its leaf queue, created with the run's namespace before the clock starts) and that many pods requesting the job's CPU, memory and GPUs, annotated with the PodGroup and the queue.",
 			b.w.Name, b.path, b.tierName, b.seed, len(b.jobs), o.pods),
-		"Arrival times and the tier's rate are ignored: in stream mode each creator takes the next whole job and creates its pods one after the other, as fast as the API server takes them; in backlog mode every pod exists before the scheduler starts.",
+		streamNote(o.serialJobPods, o.creators),
 		fmt.Sprintf("Lifetimes are ignored: kwok pods never finish, so nothing is freed during a run and every pod must fit at once; the pods request %s of the cluster's %s CPU (%.0f %%; realbench refuses more than %d %%).",
 			api.FormatQuantity(api.CPU, cpu), api.FormatQuantity(api.CPU, int64(o.nodes)*o.shape.cpu*1000), float64(cpu)/float64(int64(o.nodes)*o.shape.cpu*1000)*100, maxFillPercent),
 		fmt.Sprintf("Queues: the workload's tree (root → %d parents → %d leaves) as Volcano Queues, created once before the runs, with each parent's CPU capability and each leaf's deserved share as workload.QueueSpecs computes them, but for the %d real nodes instead of the tier's %d.",
