@@ -48,3 +48,15 @@ func TestAPIWritesNote(t *testing.T) {
 		t.Error("a note with no pod bound")
 	}
 }
+
+func TestAPIRatesNote(t *testing.T) {
+	before := apiCounts{{"GET", "leases"}: 10, {"APPLY", "queues/status"}: 4, {"WATCH", "pods"}: 3}
+	after := apiCounts{{"GET", "leases"}: 30, {"APPLY", "queues/status"}: 34, {"WATCH", "pods"}: 3, {"LIST", "nodes"}: 0.5}
+	n := apiRatesNote(before, after, 5, "idle")
+	if want := "API requests per second (idle): 10.1 (APPLY queues/status 6.0, GET leases 4.0, LIST nodes 0.1)"; n != want {
+		t.Errorf("got  %q\nwant %q", n, want)
+	}
+	if apiRatesNote(before, after, 0, "x") != "" || apiRatesNote(before, nil, 5, "x") != "" {
+		t.Error("a note without a window or a reading")
+	}
+}

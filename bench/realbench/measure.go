@@ -193,11 +193,15 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 			return result{}, err
 		}
 		if o.idleWindow > 0 {
+			apiIdle0, t0 := readAPI(), time.Now()
 			idle, err := idleRates(rctx, o.idleWindow, env.controlPIDs, inst.cpu, inst.inProcess)
 			if err != nil {
 				return result{}, err
 			}
 			idleNote = idle.note(o.idleWindow)
+			if n := apiRatesNote(apiIdle0, readAPI(), time.Since(t0).Seconds(), "the same window, the whole API server"); n != "" {
+				idleNote += "; " + n
+			}
 		}
 		api0 = readAPI()
 		cpu0, harness0, start = inst.cpu(), procstat.CPU(), time.Now()
