@@ -212,6 +212,8 @@ func (c *Client) postBatchAs(addr string, items []batchItem, asCBOR bool) ([]rep
 	}
 	c.mu.Unlock()
 	if asCBOR && !reads {
+		// Read to the end, so that the connection is kept.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
 		return nil, errNoCBOR
 	}
 	var br batchReply

@@ -364,7 +364,8 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte) (
 	return resultOf(rep), false, nil
 }
 
-// setHeaders marks a request as JSON and, with a token, authenticates it.
+// setHeaders marks a request as JSON (postBatchAs may mark it CBOR after)
+// and, with a token, authenticates it.
 func (c *Client) setHeaders(req *http.Request) {
 	req.Header.Set("Content-Type", "application/json")
 	if c.cfg.Token != "" {

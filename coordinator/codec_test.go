@@ -1,9 +1,11 @@
 package coordinator
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -173,4 +175,76 @@ func (w noCodecsHeader) WriteHeader(code int) {
 func (w noCodecsHeader) Write(b []byte) (int, error) {
 	w.Header().Del(headerCodecs)
 	return w.ResponseWriter.Write(b)
+}
+
+// fill sets every exported field reachable from v (a pointer) to a value
+// that is not its zero: strings to their field's name, numbers to 7,
+// slices and maps to one element, pointers to a filled value. A field
+// added to the wire types later is filled too.
+func fill(t *testing.T, v reflect.Value, name string) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		fill(t, v.Elem(), name)
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[api.Limit]() {
+			v.Set(reflect.ValueOf(limit(t, 4000, 64*gi)))
+			return
+		}
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			if f.IsExported() || f.Anonymous {
+				fill(t, v.Field(i), f.Name)
+			}
+		}
+	case reflect.String:
+		v.SetString(name)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint, reflect.Uint32, reflect.Uint64:
+		v.SetUint(7)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(t, v.Index(0), name)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(t, k, name+"-key")
+		fill(t, e, name)
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	case reflect.Interface:
+		// An error (result.err) does not travel.
+	default:
+		t.Fatalf("%s: fill does not know %s", name, v.Kind())
+	}
+}
+
+// A batch and its answer, every field of them set, come back from CBOR as
+// they come back from JSON, and as they were.
+func TestBatchCBORCarriesWhatJSONCarries(t *testing.T) {
+	for _, v := range []any{new([]batchItem), new(batchReply)} {
+		fill(t, reflect.ValueOf(v), "batch")
+		fromJSON, fromCBOR := reflect.New(reflect.TypeOf(v).Elem()), reflect.New(reflect.TypeOf(v).Elem())
+		for _, c := range []struct {
+			asCBOR bool
+			into   reflect.Value
+		}{{false, fromJSON}, {true, fromCBOR}} {
+			b, err := marshalBody(v, c.asCBOR)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := decodeBody(bytes.NewReader(b), c.into.Interface(), c.asCBOR); err != nil {
+				t.Fatalf("CBOR %v: %v", c.asCBOR, err)
+			}
+		}
+		if !reflect.DeepEqual(fromCBOR.Interface(), fromJSON.Interface()) || !reflect.DeepEqual(fromCBOR.Interface(), v) {
+			t.Errorf("%T:\nsent      %+v\nfrom JSON %+v\nfrom CBOR %+v", v, reflect.ValueOf(v).Elem(), fromJSON.Elem(), fromCBOR.Elem())
+		}
+	}
 }

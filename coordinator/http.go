@@ -16,7 +16,9 @@ import (
 	"github.com/shardsched/shardsched/api"
 )
 
-// Wire format of the HTTP API (JSON over loopback or the pod network):
+// Wire format of the HTTP API (JSON over loopback or the pod network; a
+// batch and its answer in CBOR instead between a client and a participant
+// that says it reads it, codec.go):
 //
 //	POST /v1/reserve       ReserveRequest      → reply
 //	POST /v1/confirm       {"uid": "..."}      → reply

@@ -76,7 +76,7 @@ func main() {
 	flag.IntVar(&o.groupOps, "max-group-ops", 128, "coordinator calls per group and operations per etcd Txn, 1..4096 (etcd's --max-txn-ops is raised to match)")
 	flag.BoolVar(&o.ceiling, "etcd-ceiling", false, "also measure etcd alone: Txns of -max-group-ops reservation-sized puts under a lease, guarded like the leader's, with 1, 2, 4 and 8 in flight (the most any layout of one key per reservation can reach, pipelined or not)")
 	codecs := flag.String("codecs", "cbor", "comma-separated wire formats of the clients' batches to the leader, each its own coordinator run: cbor (what a client sends to a leader that reads it), json (ClientConfig.JSONBatches)")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the coordinator's runs (not the naive baseline's) to this file; with several configurations, one file each, named <file>.<clients>x<inflight>, and with several -codecs .<codec> after it")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the coordinator's runs (not the naive baseline's) to this file; with several configurations, one file each, named <file>.<clients>x<inflight>, and with several -codecs .<codec>.<run> after it")
 	flag.Parse()
 	var err error
 	if o.clients, err = parseInts("clients", *clients); err == nil {
@@ -188,7 +188,7 @@ func run(o options) error {
 					suffix += fmt.Sprintf(".%dx%d", n, inf)
 				}
 				if len(o.jsonBatches) > 1 {
-					suffix += "." + codecName(jsonBatches)
+					suffix += fmt.Sprintf(".%s.%d", codecName(jsonBatches), round)
 				}
 				stopProfile, err := startProfile(o, suffix)
 				if err != nil {

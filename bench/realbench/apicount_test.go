@@ -56,7 +56,10 @@ func TestAPIRatesNote(t *testing.T) {
 	if want := "API requests per second (idle): 10.1 (APPLY queues/status 6.0, GET leases 4.0, LIST nodes 0.1)"; n != want {
 		t.Errorf("got  %q\nwant %q", n, want)
 	}
-	if apiRatesNote(before, after, 0, "x") != "" || apiRatesNote(before, nil, 5, "x") != "" {
+	if n := apiRatesNote(apiCounts{}, apiCounts{{"GET", "leases"}: 0.1}, 5, "quiet"); n != "API requests per second (quiet): 0.0 (none of 0.1 a second or more)" {
+		t.Errorf("nothing to name: %q", n)
+	}
+	if apiRatesNote(before, after, 0, "x") != "" || apiRatesNote(before, nil, 5, "x") != "" || apiRatesNote(nil, after, 5, "x") != "" {
 		t.Error("a note without a window or a reading")
 	}
 }

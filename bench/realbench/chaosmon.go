@@ -164,12 +164,18 @@ func (m *monitor) waitSettled(ctx context.Context, total int, timeout time.Durat
 // settledAt is waitSettled returning when the round that began the settled
 // second started: the moment every key was first seen owned again.
 func (m *monitor) settledAt(ctx context.Context, total int, timeout time.Duration) (time.Time, error) {
+	at, _, err := m.settle(ctx, total, timeout)
+	return at, err
+}
+
+// settle is settledAt also returning the settled second's last round.
+func (m *monitor) settle(ctx context.Context, total int, timeout time.Duration) (time.Time, ownerSample, error) {
 	deadline := time.Now().Add(timeout)
 	var since time.Time
 	var last ownerSample
 	for {
 		if err := unexpectedExit(m.shards); err != nil {
-			return time.Time{}, err
+			return time.Time{}, ownerSample{}, err
 		}
 		last = m.round(ctx)
 		if last.complete && last.owned == total && len(last.leaders) == 1 {
@@ -177,18 +183,18 @@ func (m *monitor) settledAt(ctx context.Context, total int, timeout time.Duratio
 				since = last.start
 			}
 			if time.Since(since) >= time.Second {
-				return since, nil
+				return since, last, nil
 			}
 		} else {
 			since = time.Time{}
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("shards not settled after %s: every shard answered %v, owned keys %d of %d, leaders %v",
+			return time.Time{}, ownerSample{}, fmt.Errorf("shards not settled after %s: every shard answered %v, owned keys %d of %d, leaders %v",
 				timeout, last.complete, last.owned, total, last.leaders)
 		}
 		select {
 		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
+			return time.Time{}, ownerSample{}, ctx.Err()
 		case <-time.After(scrapeInterval):
 		}
 	}
