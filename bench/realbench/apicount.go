@@ -96,36 +96,12 @@ func apiWritesNote(before, after apiCounts, bound int, what string) string {
 	if bound == 0 {
 		return ""
 	}
-	type row struct {
-		k apiKey
-		n float64
-	}
-	var rows []row
-	var total float64
-	for k, v := range after {
-		if !isWrite(k.verb) {
-			continue
-		}
-		d := v - before[k]
-		if d <= 0 {
-			continue
-		}
-		total += d
-		rows = append(rows, row{k, d})
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].n != rows[j].n {
-			return rows[i].n > rows[j].n
-		}
-		return rows[i].k.verb+rows[i].k.resource < rows[j].k.verb+rows[j].k.resource
-	})
+	rows, total := apiDeltas(before, after, isWrite)
 	var parts []string
 	for _, r := range rows {
-		per := r.n / float64(bound)
-		if per < 0.001 {
-			continue
+		if per := r.n / float64(bound); per >= 0.001 {
+			parts = append(parts, fmt.Sprintf("%s %s %.3f", r.k.verb, r.k.resource, per))
 		}
-		parts = append(parts, fmt.Sprintf("%s %s %.3f", r.k.verb, r.k.resource, per))
 	}
 	return fmt.Sprintf("API writes per bound pod (%s): %.2f (%s)",
 		what, total/float64(bound), strings.Join(parts, ", "))
@@ -140,24 +116,7 @@ func apiRatesNote(before, after apiCounts, seconds float64, what string) string 
 	if seconds <= 0 || before == nil || after == nil {
 		return "" // a reading failed: the totals since the API server started are no rate
 	}
-	type row struct {
-		k apiKey
-		n float64
-	}
-	var rows []row
-	var total float64
-	for k, v := range after {
-		if d := v - before[k]; d > 0 {
-			total += d
-			rows = append(rows, row{k, d})
-		}
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].n != rows[j].n {
-			return rows[i].n > rows[j].n
-		}
-		return rows[i].k.verb+rows[i].k.resource < rows[j].k.verb+rows[j].k.resource
-	})
+	rows, total := apiDeltas(before, after, func(string) bool { return true })
 	var parts []string
 	for _, r := range rows {
 		if per := r.n / seconds; per >= 0.1 {
@@ -169,4 +128,31 @@ func apiRatesNote(before, after apiCounts, seconds float64, what string) string 
 		named = "none of 0.1 a second or more"
 	}
 	return fmt.Sprintf("API requests per second (%s): %.1f (%s)", what, total/seconds, named)
+}
+
+// apiDelta is how many requests of one series were made between two
+// readings.
+type apiDelta struct {
+	k apiKey
+	n float64
+}
+
+// apiDeltas are the series of verbs keep grew between two readings, most
+// first (then by verb and resource), and their sum.
+func apiDeltas(before, after apiCounts, keep func(verb string) bool) ([]apiDelta, float64) {
+	var rows []apiDelta
+	var total float64
+	for k, v := range after {
+		if d := v - before[k]; d > 0 && keep(k.verb) {
+			total += d
+			rows = append(rows, apiDelta{k, d})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].n != rows[j].n {
+			return rows[i].n > rows[j].n
+		}
+		return rows[i].k.verb+rows[i].k.resource < rows[j].k.verb+rows[j].k.resource
+	})
+	return rows, total
 }
