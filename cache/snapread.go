@@ -151,6 +151,21 @@ func (s *Snapshot) Jobs() []*api.Job {
 	return cloneOrNil(s.jobList)
 }
 
+// Queues calls yield with each queue that has jobs and those jobs, in the
+// order Jobs gives them, queues in no order, without going over the other
+// queues' jobs. The lists are the snapshot's own, valid until its next
+// refresh: a caller that keeps or changes one copies it.
+func (s *Snapshot) Queues(yield func(queue string, jobs []*api.Job) bool) {
+	if s == nil {
+		return
+	}
+	for q, js := range s.byQueue {
+		if !yield(q, js) {
+			return
+		}
+	}
+}
+
 // InOrder sorts js, jobs of this snapshot (as Jobs and JobByUID return
 // them, each once), in the snapshot's order (JobOrder), in place, and
 // returns it. When js is more than a small part of the snapshot's jobs,

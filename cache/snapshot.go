@@ -54,6 +54,9 @@ type Snapshot struct {
 	jobs     map[string]*api.Job // by UID
 	jobList  []*api.Job          // sorted by namespace, name
 	jobNames map[objKey]*api.Job
+	// byQueue is jobList split by queue (each list in its order; no
+	// empty list), kept as jobList is.
+	byQueue map[string][]*api.Job
 }
 
 type snapGroup struct {
@@ -82,6 +85,7 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 			groups:   map[objKey]*snapGroup{},
 			jobs:     map[string]*api.Job{},
 			jobNames: map[objKey]*api.Job{},
+			byQueue:  map[string][]*api.Job{},
 			jobsGen:  -1,
 		}
 		s.groupsGen = -1
@@ -277,8 +281,9 @@ func (s *Snapshot) updateJobs(c *Cache) {
 			structural = true
 			continue
 		}
-		if i, found := slices.BinarySearchFunc(s.jobList, j, JobOrder); found {
+		if i, found := slices.BinarySearchFunc(s.jobList, j, JobOrder); found && old.Queue == j.Queue {
 			s.jobList[i] = j
+			s.queueReplace(old, j)
 		} else {
 			structural = true
 		}
@@ -301,6 +306,10 @@ func (s *Snapshot) updateJobs(c *Cache) {
 		s.jobNames[objKey{j.Namespace, j.Name}] = j
 	}
 	slices.SortFunc(s.jobList, JobOrder)
+	clear(s.byQueue)
+	for _, j := range s.jobList {
+		s.byQueue[j.Queue] = append(s.byQueue[j.Queue], j)
+	}
 }
 
 // refreshJob brings the snapshot's copy of one job (by UID) to the cache's:
@@ -315,6 +324,12 @@ func (s *Snapshot) refreshJob(c *Cache, uid string) {
 		if i, found := slices.BinarySearchFunc(s.jobList, old, JobOrder); found {
 			s.jobList[i] = j
 		}
+		if old.Queue == j.Queue {
+			s.queueReplace(old, j)
+		} else {
+			s.queueRemove(old)
+			s.queueInsert(j)
+		}
 		s.jobs[uid] = j
 		s.jobNames[objKey{j.Namespace, j.Name}] = j
 		return
@@ -323,6 +338,7 @@ func (s *Snapshot) refreshJob(c *Cache, uid string) {
 		if i, found := slices.BinarySearchFunc(s.jobList, old, JobOrder); found {
 			s.jobList = slices.Delete(s.jobList, i, i+1)
 		}
+		s.queueRemove(old)
 		if key := (objKey{old.Namespace, old.Name}); s.jobNames[key] == old {
 			delete(s.jobNames, key)
 		}
@@ -331,9 +347,39 @@ func (s *Snapshot) refreshJob(c *Cache, uid string) {
 	if j != nil {
 		i, _ := slices.BinarySearchFunc(s.jobList, j, JobOrder)
 		s.jobList = slices.Insert(s.jobList, i, j)
+		s.queueInsert(j)
 		s.jobs[uid] = j
 		s.jobNames[objKey{j.Namespace, j.Name}] = j
 	}
+}
+
+// queueReplace puts j where old was in their queue's list (the same
+// queue, namespace, name and UID).
+func (s *Snapshot) queueReplace(old, j *api.Job) {
+	if i, found := slices.BinarySearchFunc(s.byQueue[j.Queue], old, JobOrder); found {
+		s.byQueue[j.Queue][i] = j
+	}
+}
+
+// queueRemove takes old out of its queue's list, and the list out when it
+// is left empty.
+func (s *Snapshot) queueRemove(old *api.Job) {
+	l := s.byQueue[old.Queue]
+	if i, found := slices.BinarySearchFunc(l, old, JobOrder); found {
+		l = slices.Delete(l, i, i+1)
+	}
+	if len(l) == 0 {
+		delete(s.byQueue, old.Queue)
+	} else {
+		s.byQueue[old.Queue] = l
+	}
+}
+
+// queueInsert puts j into its queue's list, in order.
+func (s *Snapshot) queueInsert(j *api.Job) {
+	l := s.byQueue[j.Queue]
+	i, _ := slices.BinarySearchFunc(l, j, JobOrder)
+	s.byQueue[j.Queue] = slices.Insert(l, i, j)
 }
 
 // JobOrder orders jobs as a snapshot lists them (Snapshot.Jobs): by

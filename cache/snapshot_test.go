@@ -2,6 +2,7 @@ package cache
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -688,9 +689,29 @@ func TestSnapshotJobsFollowTheLog(t *testing.T) {
 				if len(s.jobs) != len(want) || len(s.jobNames) != len(want) {
 					t.Fatalf("round %d: %d jobs by UID and %d by name, want %d", round, len(s.jobs), len(s.jobNames), len(want))
 				}
+				wantByQueue := map[string][]*api.Job{}
+				for _, j := range want {
+					wantByQueue[j.Queue] = append(wantByQueue[j.Queue], j)
+				}
+				gotByQueue := map[string][]*api.Job{}
+				for q, js := range s.Queues {
+					gotByQueue[q] = js
+				}
+				if !maps.EqualFunc(gotByQueue, wantByQueue, slices.Equal) {
+					t.Fatalf("round %d: jobs by queue %v, want %v (from Jobs)", round, queueSizes(gotByQueue), queueSizes(wantByQueue))
+				}
 			}
 		})
 	}
+}
+
+// queueSizes is how many jobs each queue has, for a failure's message.
+func queueSizes(m map[string][]*api.Job) map[string]int {
+	out := map[string]int{}
+	for q, js := range m {
+		out[q] = len(js)
+	}
+	return out
 }
 
 // InOrder gives any subset of a snapshot's jobs, in any order, in the

@@ -374,12 +374,14 @@ func (s *Scheduler) Cycle(ctx context.Context) {
 	// works on few of them: the jobs of the queues it holds, and those it
 	// admitted, offered or was offered. The passes below start from those
 	// (byQueue, candidates) and look jobs up by UID or name, so a cycle's
-	// work does not grow with the jobs of other shards' queues; only this
-	// loop, and writeStatus's roll-up to held ancestors, read every job.
+	// work does not grow with the jobs of other shards' queues: the
+	// snapshot keeps the jobs by queue, and only writeStatus's roll-up to
+	// held ancestors reads every job. Each held queue's list is copied:
+	// the passes may reorder what they are given.
 	byQueue := map[string][]*api.Job{}
-	for _, j := range jobs {
-		if s.holdsQueue(j.Queue) {
-			byQueue[j.Queue] = append(byQueue[j.Queue], j)
+	for q, js := range s.snap.Queues {
+		if s.holdsQueue(q) {
+			byQueue[q] = slices.Clone(js)
 		}
 	}
 	s.releaseGone(ctx)
