@@ -178,7 +178,7 @@ var errNoCBOR = errors.New("coordinator: the participant does not read CBOR batc
 func (c *Client) readsCBOR(addr string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.cborAddrs[addr]
+	return c.cborAddr == addr
 }
 
 // postBatchAs sends one batch in CBOR or JSON, and reads the answer in
@@ -206,9 +206,9 @@ func (c *Client) postBatchAs(addr string, items []batchItem, asCBOR bool) ([]rep
 	reads := speaksCBOR(resp.Header)
 	c.mu.Lock()
 	if reads {
-		c.cborAddrs[addr] = true
-	} else {
-		delete(c.cborAddrs, addr)
+		c.cborAddr = addr
+	} else if c.cborAddr == addr {
+		c.cborAddr = ""
 	}
 	c.mu.Unlock()
 	if asCBOR && !reads {

@@ -87,11 +87,11 @@ type Client struct {
 	closed chan struct{}
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex // guards leader and cborAddrs
+	mu     sync.Mutex // guards leader and cborAddr
 	leader string
-	// cborAddrs are the participants' addresses whose last answer said
-	// they read CBOR batches (codec.go).
-	cborAddrs map[string]bool
+	// cborAddr is the last address whose answer said its participant
+	// reads CBOR batches, until one of its answers does not (codec.go).
+	cborAddr string
 }
 
 // NewClient returns a client; cli is used only to find the leader.
@@ -109,7 +109,7 @@ func NewClient(cli *clientv3.Client, cfg ClientConfig) (*Client, error) {
 		cfg.Tracer = noop.NewTracerProvider()
 	}
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
-	c := &Client{cfg: cfg, cli: cli, hc: &http.Client{Transport: tr}, closed: make(chan struct{}), cborAddrs: map[string]bool{}}
+	c := &Client{cfg: cfg, cli: cli, hc: &http.Client{Transport: tr}, closed: make(chan struct{})}
 	if cfg.Batch {
 		c.queue = make(chan *queued, 4*cfg.MaxBatch)
 		c.wg.Add(1)

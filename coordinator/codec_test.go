@@ -133,7 +133,7 @@ func TestBatchToAnOlderLeaderFallsBackToJSON(t *testing.T) {
 	defer old.Close()
 
 	sh.c.mu.Lock()
-	sh.c.cborAddrs[old.URL] = true
+	sh.c.cborAddr = old.URL
 	sh.c.mu.Unlock()
 	item := func(uid string) []batchItem {
 		return []batchItem{{Op: "reserve", Reserve: &ReserveRequest{Job: JobRef{Namespace: "ns", Name: uid, UID: uid}, Queue: "q",

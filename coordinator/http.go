@@ -136,18 +136,24 @@ func (w *wrapped) Unwrap() error { return w.sentinel }
 
 const maxBody = 4 << 20
 
-// handler is the HTTP API, behind the token check when a token is set.
+// handler is the HTTP API, behind the token check when a token is set;
+// every answer, a refusal included, says the participant reads CBOR
+// batches (codec.go).
 func (s *Server) handler() http.Handler {
-	api := s.routes()
+	api := s.authenticated(s.routes())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(headerCodecs, codecsCBOR)
+		api.ServeHTTP(w, r)
+	})
+}
+
+// authenticated is api behind the token check, or api when no token is set.
+func (s *Server) authenticated(api http.Handler) http.Handler {
 	if s.cfg.Token == "" {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set(headerCodecs, codecsCBOR)
-			api.ServeHTTP(w, r)
-		})
+		return api
 	}
 	want := []byte("Bearer " + s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(headerCodecs, codecsCBOR)
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
@@ -161,9 +167,9 @@ func (s *Server) handler() http.Handler {
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	// decode reads a body in what its Content-Type says (codec.go).
 	decode := func(w http.ResponseWriter, r *http.Request, v any) bool {
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-		if err := dec.Decode(v); err != nil {
+		if err := decodeBody(http.MaxBytesReader(w, r.Body, maxBody), v, isCBOR(r.Header)); err != nil {
 			s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "invalid request body: " + err.Error()}})
 			return false
 		}
@@ -206,8 +212,7 @@ func (s *Server) routes() http.Handler {
 		// Answered in what it was asked in (codec.go); errors in JSON.
 		asCBOR := isCBOR(r.Header)
 		var items []batchItem
-		if err := decodeBody(http.MaxBytesReader(w, r.Body, maxBody), &items, asCBOR); err != nil {
-			s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "invalid request body: " + err.Error()}})
+		if !decode(w, r, &items) {
 			return
 		}
 		out, err := s.batch(r.Context(), items)

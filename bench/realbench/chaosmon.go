@@ -170,34 +170,12 @@ func (m *monitor) settledAt(ctx context.Context, total int, timeout time.Duratio
 
 // settle is settledAt also returning the settled second's last round.
 func (m *monitor) settle(ctx context.Context, total int, timeout time.Duration) (time.Time, ownerSample, error) {
-	deadline := time.Now().Add(timeout)
-	var since time.Time
-	var last ownerSample
-	for {
-		if err := unexpectedExit(m.shards); err != nil {
-			return time.Time{}, ownerSample{}, err
-		}
-		last = m.round(ctx)
-		if last.complete && last.owned == total && len(last.leaders) == 1 {
-			if since.IsZero() {
-				since = last.start
-			}
-			if time.Since(since) >= time.Second {
-				return since, last, nil
-			}
-		} else {
-			since = time.Time{}
-		}
-		if time.Now().After(deadline) {
-			return time.Time{}, ownerSample{}, fmt.Errorf("shards not settled after %s: every shard answered %v, owned keys %d of %d, leaders %v",
-				timeout, last.complete, last.owned, total, last.leaders)
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, ownerSample{}, ctx.Err()
-		case <-time.After(scrapeInterval):
-		}
-	}
+	return m.until(ctx, timeout, time.Second,
+		func(s ownerSample) bool { return s.complete && s.owned == total && len(s.leaders) == 1 },
+		func(s ownerSample) error {
+			return fmt.Errorf("shards not settled after %s: every shard answered %v, owned keys %d of %d, leaders %v",
+				timeout, s.complete, s.owned, total, s.leaders)
+		})
 }
 
 // ownsAgainAt scrapes until shard i owns at least want keys and the live
@@ -205,42 +183,58 @@ func (m *monitor) settle(ctx context.Context, total int, timeout time.Duration) 
 // with several shards, the others hold a stopped shard's keys until it is
 // back, so every key owned does not say that it is.
 func (m *monitor) ownsAgainAt(ctx context.Context, i, want, total int, timeout time.Duration) (time.Time, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if err := unexpectedExit(m.shards); err != nil {
-			return time.Time{}, err
-		}
-		s := m.round(ctx)
-		if s.complete && s.owned == total && s.ownedBy[i] >= want {
-			return s.start, nil
-		}
-		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("%s owns %d keys after %s, %d before it stopped (the shards own %d of %d; every shard answered: %v)",
+	at, _, err := m.until(ctx, timeout, 0,
+		func(s ownerSample) bool { return s.complete && s.owned == total && s.ownedBy[i] >= want },
+		func(s ownerSample) error {
+			return fmt.Errorf("%s owns %d keys after %s, %d before it stopped (the shards own %d of %d; every shard answered: %v)",
 				m.shards[i].name, s.ownedBy[i], timeout, want, s.owned, total, s.complete)
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		case <-time.After(scrapeInterval):
-		}
-	}
+		})
+	return at, err
 }
 
 // leader returns the one live shard that reports leading the coordinator,
 // waiting up to timeout for there to be exactly one.
 func (m *monitor) leader(ctx context.Context, timeout time.Duration) (int, error) {
+	_, s, err := m.until(ctx, timeout, 0,
+		func(s ownerSample) bool { return s.complete && len(s.leaders) == 1 },
+		func(s ownerSample) error {
+			return fmt.Errorf("no single coordinator leader among the live shards after %s (leaders %v, every shard answered %v)", timeout, s.leaders, s.complete)
+		})
+	if err != nil {
+		return 0, err
+	}
+	return s.leaders[0], nil
+}
+
+// until scrapes a round every scrapeInterval until ok has held of every
+// round for hold (0: of one round), and returns when the first of those
+// rounds started and the last round; a shard exiting unasked, ctx ending
+// or timeout passing ends it with an error (after timeout, failed's of the
+// last round).
+func (m *monitor) until(ctx context.Context, timeout, hold time.Duration, ok func(ownerSample) bool, failed func(ownerSample) error) (time.Time, ownerSample, error) {
 	deadline := time.Now().Add(timeout)
+	var since time.Time
 	for {
-		s := m.round(ctx)
-		if s.complete && len(s.leaders) == 1 {
-			return s.leaders[0], nil
+		if err := unexpectedExit(m.shards); err != nil {
+			return time.Time{}, ownerSample{}, err
+		}
+		last := m.round(ctx)
+		if !ok(last) {
+			since = time.Time{}
+		} else {
+			if since.IsZero() {
+				since = last.start
+			}
+			if time.Since(since) >= hold {
+				return since, last, nil
+			}
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("no single coordinator leader among the live shards after %s (leaders %v, every shard answered %v)", timeout, s.leaders, s.complete)
+			return time.Time{}, ownerSample{}, failed(last)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return time.Time{}, ownerSample{}, ctx.Err()
 		case <-time.After(scrapeInterval):
 		}
 	}

@@ -367,11 +367,12 @@ func createNamespace(ctx context.Context, env *benchEnv, run runSpec, groups []*
 }
 
 // createPods creates the plan's pods (each with create, the API server's
-// create call) with creators workers and records when each call was made. It returns how long it took. With
-// serial, each worker takes the next unit (one pod, or every pod of a
-// workload's job) and creates its pods one after the other; otherwise the
-// workers take the next pod, the units' pods in order, so that a job's
-// pods are created side by side, as a job controller creates them.
+// create call) with creators workers and records when each call was made.
+// It returns how long it took. Each worker takes the next piece of work and
+// creates its pods one after the other: with serial a piece is a unit (one
+// pod, or every pod of a workload's job); otherwise it is one pod, the
+// units' pods in order, so that a job's pods are created side by side, as
+// a job controller creates them.
 func createPods(ctx context.Context, create func(context.Context, *corev1.Pod) (*corev1.Pod, error), creators int, plan podPlan, w *bindWatch, serial bool) (time.Duration, error) {
 	start := time.Now()
 	type made struct {
@@ -382,11 +383,15 @@ func createPods(ctx context.Context, create func(context.Context, *corev1.Pod) (
 	}
 	units := make([]made, len(plan.units))
 	type slot struct{ unit, pod int }
-	var order []slot
+	var work [][]slot
 	for u, pods := range plan.units {
 		units[u].left = len(pods)
 		for i := range pods {
-			order = append(order, slot{u, i})
+			if serial && i > 0 {
+				work[len(work)-1] = append(work[len(work)-1], slot{u, i})
+			} else {
+				work = append(work, []slot{{u, i}})
+			}
 		}
 	}
 	// createOne creates one pod and, once it was its unit's last, records the
@@ -418,26 +423,12 @@ func createPods(ctx context.Context, create func(context.Context, *corev1.Pod) (
 	errs := make([]error, creators)
 	for c := 0; c < creators; c++ {
 		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if serial {
-					if i >= len(plan.units) {
+			for i := int(next.Add(1)) - 1; i < len(work); i = int(next.Add(1)) - 1 {
+				for _, sl := range work[i] {
+					if err := createOne(sl); err != nil {
+						errs[c] = err
 						return
 					}
-					for k := range plan.units[i] {
-						if err := createOne(slot{i, k}); err != nil {
-							errs[c] = err
-							return
-						}
-					}
-					continue
-				}
-				if i >= len(order) {
-					return
-				}
-				if err := createOne(order[i]); err != nil {
-					errs[c] = err
-					return
 				}
 			}
 		})
