@@ -166,6 +166,20 @@ func (s *Snapshot) Queues(yield func(queue string, jobs []*api.Job) bool) {
 	}
 }
 
+// EachNode calls yield with the index and books of each owned node, in
+// the order Nodes gives them, without copying the list. The books are
+// read-only.
+func (s *Snapshot) EachNode(yield func(i int, b *api.NodeBooks) bool) {
+	if s == nil {
+		return
+	}
+	for i, b := range s.list {
+		if !yield(i, b) {
+			return
+		}
+	}
+}
+
 // InOrder sorts js, jobs of this snapshot (as Jobs and JobByUID return
 // them, each once), in the snapshot's order (JobOrder), in place, and
 // returns it. When js is more than a small part of the snapshot's jobs,

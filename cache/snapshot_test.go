@@ -173,6 +173,20 @@ func TestSnapshotIncremental(t *testing.T) {
 			t.Fatal("not sorted")
 		}
 	}
+	// EachNode goes over the same books, index for index, and stops when
+	// told to.
+	seen := 0
+	for i, b := range s.EachNode {
+		if i != seen || b != nodes[i] {
+			t.Fatalf("EachNode gave %s at %d, Nodes has %s at %d", b.Node.Name, i, nodes[seen].Node.Name, seen)
+		}
+		if seen++; seen == 10 {
+			break
+		}
+	}
+	if seen != 10 {
+		t.Fatalf("EachNode gave %d nodes before the break, want 10", seen)
+	}
 
 	// A snapshot refreshed from another cache starts over.
 	other := New(Options{})

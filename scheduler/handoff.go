@@ -75,6 +75,8 @@ type handoff struct {
 	// changed enough to publish.
 	capChecked time.Time
 	lastCap    wire.Capacity
+	// figs are the nodes' parts of the last capacity sum.
+	figs capFigs
 }
 
 type sentOffer struct {

@@ -219,7 +219,11 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		}
 		// The rest of this cycle plans with these tasks on their nodes.
 		for _, t := range assumed {
-			s.snap.Book(res.Assignments[t.UID], t.Request)
+			node := res.Assignments[t.UID]
+			s.snap.Book(node, t.Request)
+			if b, ok := s.snap.Node(node); ok {
+				s.ho.figs.book(b)
+			}
 		}
 		placedJobs[j.UID] = true
 		req := s.placed(j, role)

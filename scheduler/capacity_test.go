@@ -1,0 +1,120 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/wire"
+)
+
+// walkCapacity is the capacity summed from every node's books in the
+// snapshot, as it was before the figures were kept between sums: the
+// reference the kept figures must always equal.
+func walkCapacity(s *Scheduler) wire.Capacity {
+	var c wire.Capacity
+	for _, b := range s.unheld(s.snap.Nodes()) {
+		if b.OutOfSync || b.Node.Unschedulable {
+			continue
+		}
+		cpu, mem, gpu := b.IdleOf(api.CPU), b.IdleOf(api.Memory), b.IdleOf(gpuResource)
+		a := b.Node.Allocatable
+		c.Nodes++
+		c.FreeMilliCPU = satAdd(c.FreeMilliCPU, cpu)
+		c.FreeMemory = satAdd(c.FreeMemory, mem)
+		c.FreeGPU = satAdd(c.FreeGPU, gpu)
+		c.LargestCPU = max(c.LargestCPU, cpu)
+		c.LargestMemory = max(c.LargestMemory, mem)
+		c.LargestFreeGPU = max(c.LargestFreeGPU, gpu)
+		c.AllocMilliCPU = satAdd(c.AllocMilliCPU, max(a.MilliCPU, 0))
+		c.AllocMemory = satAdd(c.AllocMemory, max(a.Memory, 0))
+		c.AllocGPU = satAdd(c.AllocGPU, max(a.Get(gpuResource), 0))
+		c.LargestAllocCPU = max(c.LargestAllocCPU, a.MilliCPU)
+		c.LargestAllocMem = max(c.LargestAllocMem, a.Memory)
+		c.LargestAllocGPU = max(c.LargestAllocGPU, a.Get(gpuResource))
+	}
+	return c
+}
+
+// The capacity a shard gossips, kept node by node between sums, equals
+// the sum over every node's books after any sequence of what changes them:
+// nodes added, removed, resized and cordoned, pods bound and gone (some
+// overfilling a node, which puts it out of sync), gangs placed by a cycle
+// (which books the snapshot's copies in place, after the refresh), nodes
+// held for a starving gang, and refreshes with nothing new.
+func TestCapacityKeptEqualsTheWalk(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := newRig(t, "shard-o")
+			rng := rand.New(rand.NewPCG(seed, 7))
+			ctx := context.Background()
+			addNode := func(name string) {
+				sc := map[string]int64{api.Pods: 110}
+				if rng.IntN(3) == 0 {
+					sc[gpuResource] = int64(1 + rng.IntN(8))
+				}
+				r.c.AddOrUpdateNode(api.Node{Name: name, UID: name, Unschedulable: rng.IntN(8) == 0,
+					Allocatable: api.NewResource(int64(4+rng.IntN(60))*1000, int64(8+rng.IntN(248))*gi, sc)})
+			}
+			for i := range 30 {
+				addNode(fmt.Sprintf("n%d", i))
+			}
+			var pods []string
+			gangs := 0
+			for step := range 400 {
+				node := fmt.Sprintf("n%d", rng.IntN(40))
+				switch op := rng.IntN(10); {
+				case op == 0:
+					addNode(node) // a new node, or one resized or cordoned
+				case op == 1:
+					r.c.DeleteNode(node, node)
+				case op <= 5:
+					uid := fmt.Sprintf("pod-%d", step)
+					req := map[string]int64{api.Pods: 1}
+					if rng.IntN(4) == 0 {
+						req[gpuResource] = int64(1 + rng.IntN(4))
+					}
+					r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: uid, UID: uid, Job: "other", NodeName: node, Phase: api.TaskRunning,
+						Request: api.NewResource(int64(1+rng.IntN(24))*1000, int64(1+rng.IntN(64))*gi, req), SchedulerName: "volcano"})
+					pods = append(pods, uid)
+				case op == 6 && len(pods) > 0:
+					i := rng.IntN(len(pods))
+					r.c.DeleteTask(pods[i])
+					pods = append(pods[:i], pods[i+1:]...)
+				case op == 7:
+					gangs++
+					r.gang(fmt.Sprintf("g%d", gangs), 1+rng.IntN(4), int64(1+rng.IntN(8)))
+				}
+				if rng.IntN(3) == 0 {
+					r.advance(r.s.cfg.CycleInterval)
+					r.s.Cycle(ctx) // placement books the snapshot after its refresh
+				} else if rng.IntN(2) == 0 {
+					r.c.UpdateSnapshot(r.s.snap)
+				}
+				if rng.IntN(5) == 0 && r.s.snap.NumNodes() > 0 {
+					// Nodes held for a starving gang are not gossiped.
+					saved := r.s.held.byNode
+					r.s.held.byNode = map[string]string{}
+					for i, b := range r.s.snap.EachNode {
+						if i%3 == 0 {
+							r.s.held.byNode[b.Node.Name] = "starving"
+						}
+					}
+					got, want := r.s.capacity(), walkCapacity(r.s)
+					r.s.held.byNode = saved
+					if got != want {
+						t.Fatalf("step %d, with nodes held: kept capacity %+v, summed from every node %+v", step, got, want)
+					}
+				}
+				if got, want := r.s.capacity(), walkCapacity(r.s); got != want {
+					t.Fatalf("step %d: kept capacity %+v, summed from every node %+v", step, got, want)
+				}
+			}
+			if st := r.s.Stats(); st.Binds == 0 {
+				t.Fatalf("no gang was placed in 400 steps (%+v): the books placement changes in place were not exercised", st)
+			}
+		})
+	}
+}
