@@ -168,7 +168,7 @@ func (s *Snapshot) Queues(yield func(queue string, jobs []*api.Job) bool) {
 
 // EachNode calls yield with the index and books of each owned node, in
 // the order Nodes gives them, without copying the list. The books are
-// read-only.
+// read-only, and keep their pointer while unchanged (see Book).
 func (s *Snapshot) EachNode(yield func(i int, b *api.NodeBooks) bool) {
 	if s == nil {
 		return

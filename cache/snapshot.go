@@ -428,20 +428,29 @@ func (s *Snapshot) Allocatable() (api.Resource, bool) {
 // one cycle sees the node as it was and bin-packing sends them all to the
 // same one. The copy is the snapshot's own, and Assume changed the node's
 // generation, so the next UpdateSnapshot replaces it with the cache's.
-func (s *Snapshot) Book(node string, req api.Resource) {
+//
+// It returns the books it changed (nil if node is not owned): the only
+// books a Snapshot changes in place. Otherwise a node's books keep their
+// pointer from one refresh to the next exactly while they are unchanged
+// (a change is a new copy), so a reader may keep what it derived from a
+// node's books by that pointer, and read again the books Book returned.
+func (s *Snapshot) Book(node string, req api.Resource) *api.NodeBooks {
 	if s == nil {
-		return
+		return nil
 	}
-	if b, ok := s.nodes[node]; ok {
-		if s.freeOK {
-			s.addFree(b, -1)
-		}
-		addInto(&b.Used, sanitize(req), +1)
-		b.Tasks++
-		if s.freeOK {
-			s.addFree(b, +1)
-		}
+	b, ok := s.nodes[node]
+	if !ok {
+		return nil
 	}
+	if s.freeOK {
+		s.addFree(b, -1)
+	}
+	addInto(&b.Used, sanitize(req), +1)
+	b.Tasks++
+	if s.freeOK {
+		s.addFree(b, +1)
+	}
+	return b
 }
 
 // Free is what the owned nodes that are schedulable and in sync have free

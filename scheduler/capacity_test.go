@@ -38,6 +38,32 @@ func walkCapacity(s *Scheduler) wire.Capacity {
 	return c
 }
 
+// A gang placed by a cycle is in the capacity summed right after it, before
+// the next refresh: placement books the snapshot's copy of its node in
+// place (the same pointer), and the node is read again.
+func TestCapacityCountsWhatTheCycleBooked(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("a", 8)
+	r.node("b", 8)
+	r.c.UpdateSnapshot(r.s.snap)
+	if c := r.s.capacity(); c.FreeMilliCPU != 16000 || c.LargestCPU != 8000 {
+		t.Fatalf("before: %+v, want 16 CPU free, 8 on the largest", c)
+	}
+	r.gang("g", 1, 3)
+	r.advance(r.s.cfg.CycleInterval)
+	r.s.Cycle(context.Background())
+	booked := 0
+	for _, b := range r.s.snap.EachNode {
+		booked += b.Tasks
+	}
+	if booked != 1 {
+		t.Fatalf("%d tasks on the snapshot's nodes after the cycle, want the gang's 1", booked)
+	}
+	if c, want := r.s.capacity(), walkCapacity(r.s); c != want || c.FreeMilliCPU != 13000 || c.LargestCPU != 8000 {
+		t.Fatalf("after the cycle: %+v, want 13 CPU free, 8 on the largest (summed from every node: %+v)", c, want)
+	}
+}
+
 // The capacity a shard gossips, kept node by node between sums, equals
 // the sum over every node's books after any sequence of what changes them:
 // nodes added, removed, resized and cordoned, pods bound and gone (some

@@ -120,10 +120,10 @@ func BenchmarkCycleManyJobs(b *testing.B) {
 	}
 }
 
-// BenchmarkCapacity is one capacity check (the sum a shard gossips) on a
-// shard of 5,000 nodes, a fifth of them with GPUs, after a refresh in
-// which 5 of them took a pod: what publishCapacity pays every quarter
-// CapacityInterval.
+// BenchmarkCapacity is one capacity sum (what a shard gossips) on a shard
+// of 5,000 nodes, a fifth of them with GPUs, with what comes before it:
+// 5 pods bound on 5 nodes and the snapshot refreshed. publishCapacity sums
+// at most every quarter CapacityInterval.
 func BenchmarkCapacity(b *testing.B) {
 	r := newRig(b, "shard-o")
 	const nodes = 5000

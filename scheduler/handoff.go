@@ -62,7 +62,8 @@ const (
 	placedElsewhere
 )
 
-// handoff is the loop-only state of offers and claims.
+// handoff is the loop-only state of offers and claims, and of the
+// capacity gossiped.
 type handoff struct {
 	offers  map[string]sentOffer            // job UID → the offer this shard made
 	refused map[string]map[string]time.Time // job UID → shard → when it refused (or gave up) the job

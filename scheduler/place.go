@@ -219,9 +219,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		}
 		// The rest of this cycle plans with these tasks on their nodes.
 		for _, t := range assumed {
-			node := res.Assignments[t.UID]
-			s.snap.Book(node, t.Request)
-			if b, ok := s.snap.Node(node); ok {
+			if b := s.snap.Book(res.Assignments[t.UID], t.Request); b != nil {
 				s.ho.figs.book(b)
 			}
 		}
