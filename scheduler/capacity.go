@@ -52,6 +52,12 @@ func (s *Scheduler) capacity() wire.Capacity {
 			}
 		}
 	}
+	return sumFigs(nodes, figs, held)
+}
+
+// sumFigs sums the figures of nodes (figs, index for index) but those of
+// the held books.
+func sumFigs(nodes []*api.NodeBooks, figs []nodeFig, held map[*api.NodeBooks]bool) wire.Capacity {
 	var c wire.Capacity
 	for i := range figs {
 		f := &figs[i]

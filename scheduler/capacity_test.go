@@ -10,32 +10,17 @@ import (
 	"github.com/shardsched/shardsched/wire"
 )
 
-// walkCapacity is the capacity summed from every node's books in the
-// snapshot, as it was before the figures were kept between sums: the
-// reference the kept figures must always equal.
+// walkCapacity is the capacity as if nothing were kept between sums: every
+// node not held (Scheduler.unheld) read from its books now. The kept
+// figures must always sum to it; what each figure holds is checked by
+// TestCapacityPublished.
 func walkCapacity(s *Scheduler) wire.Capacity {
-	var c wire.Capacity
-	for _, b := range s.unheld(s.snap.Nodes()) {
-		if b.OutOfSync || b.Node.Unschedulable {
-			continue
-		}
-		cpu, mem, gpu := b.IdleOf(api.CPU), b.IdleOf(api.Memory), b.IdleOf(gpuResource)
-		a := b.Node.Allocatable
-		c.Nodes++
-		c.FreeMilliCPU = satAdd(c.FreeMilliCPU, cpu)
-		c.FreeMemory = satAdd(c.FreeMemory, mem)
-		c.FreeGPU = satAdd(c.FreeGPU, gpu)
-		c.LargestCPU = max(c.LargestCPU, cpu)
-		c.LargestMemory = max(c.LargestMemory, mem)
-		c.LargestFreeGPU = max(c.LargestFreeGPU, gpu)
-		c.AllocMilliCPU = satAdd(c.AllocMilliCPU, max(a.MilliCPU, 0))
-		c.AllocMemory = satAdd(c.AllocMemory, max(a.Memory, 0))
-		c.AllocGPU = satAdd(c.AllocGPU, max(a.Get(gpuResource), 0))
-		c.LargestAllocCPU = max(c.LargestAllocCPU, a.MilliCPU)
-		c.LargestAllocMem = max(c.LargestAllocMem, a.Memory)
-		c.LargestAllocGPU = max(c.LargestAllocGPU, a.Get(gpuResource))
+	nodes := s.unheld(s.snap.Nodes())
+	figs := make([]nodeFig, len(nodes))
+	for i, b := range nodes {
+		figs[i] = figOf(b)
 	}
-	return c
+	return sumFigs(nodes, figs, nil)
 }
 
 // A gang placed by a cycle is in the capacity summed right after it, before
