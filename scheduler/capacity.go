@@ -94,9 +94,8 @@ func satAdd(a, b int64) int64 {
 // less, any GPU, or more than 1/64 of a CPU or memory figure) or, if it
 // changed at all, every 10 intervals. Between publications it sums the
 // capacity (capacity: a pass over every owned node's kept figures) at
-// most every quarter interval,
-// not every cycle: a change is gossiped at most a quarter interval later
-// than the cycle that made it.
+// most every quarter interval, not every cycle: a change is gossiped at
+// most a quarter interval later than the cycle that made it.
 func (s *Scheduler) publishCapacity() {
 	if s.deps.Peers == nil {
 		return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/wire"
@@ -123,8 +124,12 @@ func TestCapacityKeptEqualsTheWalk(t *testing.T) {
 					t.Fatalf("step %d: kept capacity %+v, summed from every node %+v", step, got, want)
 				}
 			}
-			if st := r.s.Stats(); st.Binds == 0 {
-				t.Fatalf("no gang was placed in 400 steps (%+v): the books placement changes in place were not exercised", st)
+			// Binds are asynchronous: wait for the first (a bind means a
+			// cycle placed a gang, booking the snapshot in place).
+			for deadline := time.Now().Add(10 * time.Second); r.s.Stats().Binds == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no gang was placed in 400 steps (%+v): the books placement changes in place were not exercised", r.s.Stats())
+				}
 			}
 		})
 	}
