@@ -169,6 +169,9 @@ func (s *Scheduler) toAdmit(js []*api.Job, now time.Time) (ready, unsized []*api
 // cannotSize reports whether admitAmount would refuse j for now
 // (api.Sizable), counting its tasks without sorting the pending ones.
 func (s *Scheduler) cannotSize(j *api.Job) bool {
+	if j.MinResources != nil && !j.MinResources.IsZero() {
+		return false // sized by its minResources: its tasks need not be counted
+	}
 	pending, bound, _ := s.jobCounts(j)
 	return !api.Sizable(j, pending, bound)
 }

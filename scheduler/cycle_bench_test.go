@@ -149,3 +149,26 @@ func BenchmarkCapacity(b *testing.B) {
 		_ = r.s.capacity()
 	}
 }
+
+// BenchmarkIdleCycle is one cycle of a shard owning 5,000 nodes and every
+// queue of 1,500 PodGroups whose pods do not exist yet (minMember 8, no
+// minResources): nothing to admit or place, what an idle shard pays 50
+// times a second while a workload's groups wait for their pods.
+func BenchmarkIdleCycle(b *testing.B) {
+	r := newRig(b, "shard-o")
+	for i := 0; i < 5000; i++ {
+		r.node(fmt.Sprintf("n%d", i), 64)
+	}
+	const ns = "bench-2-stream-shardsched-proc-1"
+	for j := 0; j < 1500; j++ {
+		uid := fmt.Sprintf("gang-%d", j)
+		r.c.AddOrUpdateJob(api.Job{Namespace: ns, Name: uid, UID: uid, Queue: fmt.Sprintf("leaf-%d", j%50), MinMember: 8, Phase: api.JobPending})
+	}
+	ctx := context.Background()
+	r.s.Cycle(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.advance(DefaultConfig().CycleInterval)
+		r.s.Cycle(ctx)
+	}
+}
