@@ -148,6 +148,11 @@ type Job struct {
 // Key is the job's namespace/name.
 func (j *Job) Key() string { return j.Namespace + "/" + j.Name }
 
+// SizedByMinResources reports whether the job sets minResources (non-zero):
+// its reservation is at least that, and it can be sized before its tasks
+// exist.
+func (j *Job) SizedByMinResources() bool { return j.MinResources != nil && !j.MinResources.IsZero() }
+
 // NodeBooks are the books of one node: what is used by bound tasks, what
 // is releasing (bound tasks being deleted), and what is idle.
 type NodeBooks struct {

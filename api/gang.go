@@ -36,7 +36,7 @@ func AdmitAmount(j *Job, pending []*Task, use Resource) (amount Resource, ok boo
 	}
 	gang := max(int(j.MinMember), 1)
 	amount, _ = QuotaSum(use, pending[:max(0, min(len(pending), gang-bound))])
-	if j.MinResources != nil && !j.MinResources.IsZero() {
+	if j.SizedByMinResources() {
 		amount = amount.Max(*j.MinResources)
 	}
 	return amount, true
@@ -47,7 +47,7 @@ func AdmitAmount(j *Job, pending []*Task, use Resource) (amount Resource, ok boo
 // minMember of its tasks exist. A scheduler counts without building the
 // pending list to skip the jobs it cannot size yet.
 func Sizable(j *Job, pending, bound int) bool {
-	return (j.MinResources != nil && !j.MinResources.IsZero()) || pending+bound >= max(int(j.MinMember), 1)
+	return j.SizedByMinResources() || pending+bound >= max(int(j.MinMember), 1)
 }
 
 // QuotaSum is use plus the quota of every task (Task.Quota): the requests

@@ -57,6 +57,9 @@ type Snapshot struct {
 	// byQueue is jobList split by queue (each list in its order; no
 	// empty list), kept as jobList is.
 	byQueue map[string][]*api.Job
+
+	// booked are the books Book changed in place since the last refresh.
+	booked map[*api.NodeBooks]struct{}
 }
 
 type snapGroup struct {
@@ -90,6 +93,7 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 		}
 		s.groupsGen = -1
 	}
+	clear(s.booked) // each was changed in the cache too (Assume): a refresh copies it again
 	s.updateNodes(c)
 	s.known = len(c.nodes)
 	s.updateGroups(c)
@@ -429,18 +433,18 @@ func (s *Snapshot) Allocatable() (api.Resource, bool) {
 // same one. The copy is the snapshot's own, and Assume changed the node's
 // generation, so the next UpdateSnapshot replaces it with the cache's.
 //
-// It returns the books it changed (nil if node is not owned): the only
-// books a Snapshot changes in place. Otherwise a node's books keep their
-// pointer from one refresh to the next exactly while they are unchanged
-// (a change is a new copy), so a reader may keep what it derived from a
-// node's books by that pointer, and read again the books Book returned.
-func (s *Snapshot) Book(node string, req api.Resource) *api.NodeBooks {
+// These are the only books a Snapshot changes in place (Booked tells
+// them). Otherwise a node's books keep their pointer from one refresh to
+// the next exactly while they are unchanged (a change is a new copy), so
+// a reader may keep what it derived from a node's books by that pointer,
+// and read again the books Booked names.
+func (s *Snapshot) Book(node string, req api.Resource) {
 	if s == nil {
-		return nil
+		return
 	}
 	b, ok := s.nodes[node]
 	if !ok {
-		return nil
+		return
 	}
 	if s.freeOK {
 		s.addFree(b, -1)
@@ -450,7 +454,20 @@ func (s *Snapshot) Book(node string, req api.Resource) *api.NodeBooks {
 	if s.freeOK {
 		s.addFree(b, +1)
 	}
-	return b
+	if s.booked == nil {
+		s.booked = map[*api.NodeBooks]struct{}{}
+	}
+	s.booked[b] = struct{}{}
+}
+
+// Booked reports whether Book changed b, books of this snapshot, in place
+// since the last refresh.
+func (s *Snapshot) Booked(b *api.NodeBooks) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.booked[b]
+	return ok
 }
 
 // Free is what the owned nodes that are schedulable and in sync have free

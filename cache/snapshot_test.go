@@ -637,13 +637,20 @@ func TestSnapshotBook(t *testing.T) {
 	if b.Used.MilliCPU != 3000 || b.Tasks != 1 || b.Used.Get(api.Pods) != 1 {
 		t.Fatalf("snapshot books after Book: %+v", b)
 	}
+	if !s.Booked(b) {
+		t.Fatal("the books Book changed in place are not said to be booked")
+	}
 	if got, want := s.Free(), api.NewResource(5000, 7<<30, nil); !got.Equal(want) {
 		t.Fatalf("free room after Book: %v, want %v", got, want)
 	}
+	booked := b
 	c.UpdateSnapshot(&s)
 	b, _ = s.Node("n1")
 	if b.Used.MilliCPU != 3000 || b.Tasks != 1 {
 		t.Fatalf("refreshed books %+v, want the cache's (3 CPU, 1 task)", b)
+	}
+	if b == booked || s.Booked(b) || s.Booked(booked) {
+		t.Fatal("after a refresh the booked node is not a new copy, or still said to be booked")
 	}
 	c.Forget("t")
 	c.UpdateSnapshot(&s)

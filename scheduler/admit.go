@@ -82,7 +82,7 @@ func (s *Scheduler) admit(ctx context.Context, byQueue map[string][]*api.Job) {
 			}
 			pending, short := gangOrder(j, pending, s.boundBySpec(j))
 			amount, ok := admitAmount(j, pending, s.summary(j))
-			if !ok || (short != "" && (j.MinResources == nil || j.MinResources.IsZero())) {
+			if !ok || (short != "" && !j.SizedByMinResources()) {
 				continue // not all gang members exist yet
 			}
 			if s.refuseNeverFits(j, tree, path, amount) {
@@ -169,8 +169,8 @@ func (s *Scheduler) toAdmit(js []*api.Job, now time.Time) (ready, unsized []*api
 // cannotSize reports whether admitAmount would refuse j for now
 // (api.Sizable), counting its tasks without sorting the pending ones.
 func (s *Scheduler) cannotSize(j *api.Job) bool {
-	if j.MinResources != nil && !j.MinResources.IsZero() {
-		return false // sized by its minResources: its tasks need not be counted
+	if j.SizedByMinResources() {
+		return false // its tasks need not be counted
 	}
 	pending, bound, _ := s.jobCounts(j)
 	return !api.Sizable(j, pending, bound)

@@ -154,47 +154,29 @@ func figOf(b *api.NodeBooks) nodeFig {
 // capFigs keeps each node's nodeFig between capacity sums (loop only). A
 // snapshot keeps a node's books, the same pointer, from one refresh to the
 // next while they are unchanged (cache.Snapshot.Book), so a node whose
-// books are the ones of the last sum, at the same index in the list, has
-// the same figures; only the others are read again. Reading every node's
-// books at each sum was 10.6 % of a shard's CPU in a 60 s profile of a
-// 5,000-node run (each read a cache miss, the GPU figures map lookups).
-// The books Snapshot.Book changes in place are the exception: the cycle
-// reports each (book), and the next sum reads it again.
+// books are the ones of the last sum, at the same index in the list, and
+// not booked in place since (Snapshot.Booked), has the same figures; only
+// the others are read again. Reading every node's books at each sum was
+// 10.6 % of a shard's CPU in a 60 s profile of a 5,000-node run (each
+// read a cache miss, the GPU figures map lookups).
 type capFigs struct {
-	books  []*api.NodeBooks
-	figs   []nodeFig
-	booked map[*api.NodeBooks]struct{}
-}
-
-// book notes that b was changed in place since the last sum. Before the
-// first sum there is nothing to note: it reads every node.
-func (cf *capFigs) book(b *api.NodeBooks) {
-	if cf.books == nil {
-		return
-	}
-	if cf.booked == nil {
-		cf.booked = map[*api.NodeBooks]struct{}{}
-	}
-	cf.booked[b] = struct{}{}
+	books []*api.NodeBooks
+	figs  []nodeFig
 }
 
 // update brings the figures up to date with snap's nodes and returns
 // them with the books they were read from, index for index: a node is
 // read again when the books at its index are not the ones of the last
 // sum (it changed, or nodes came or went before it in the list) or were
-// booked since.
+// booked in place.
 func (cf *capFigs) update(snap *cache.Snapshot) ([]*api.NodeBooks, []nodeFig) {
 	if n := snap.NumNodes(); n != len(cf.books) {
 		cf.books, cf.figs = make([]*api.NodeBooks, n), make([]nodeFig, n)
 	}
 	for i, b := range snap.EachNode {
-		if cf.books[i] == b {
-			if _, changed := cf.booked[b]; len(cf.booked) == 0 || !changed {
-				continue
-			}
+		if cf.books[i] != b || snap.Booked(b) {
+			cf.books[i], cf.figs[i] = b, figOf(b)
 		}
-		cf.books[i], cf.figs[i] = b, figOf(b)
 	}
-	clear(cf.booked)
 	return cf.books, cf.figs
 }

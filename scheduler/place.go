@@ -225,9 +225,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		}
 		// The rest of this cycle plans with these tasks on their nodes.
 		for _, t := range assumed {
-			if b := s.snap.Book(res.Assignments[t.UID], t.Request); b != nil {
-				s.ho.figs.book(b)
-			}
+			s.snap.Book(res.Assignments[t.UID], t.Request)
 		}
 		placedJobs[j.UID] = true
 		req := s.placed(j, role)
