@@ -62,6 +62,12 @@ type Cache struct {
 	// every generation after jobLogFrom, and trimmed to O(jobs) (logJob).
 	jobLog     []jobChange
 	jobLogFrom int64
+	// groupLog lists the task groups touched (touchGroup), oldest first,
+	// so that a snapshot can tell the jobs whose tasks changed since its
+	// last refresh (Snapshot.TasksChanged); complete for every generation
+	// after groupLogFrom, and trimmed to O(groups).
+	groupLog     []groupChange
+	groupLogFrom int64
 
 	outOfSync      map[string]struct{} // owned nodes whose books are out of sync
 	outOfSyncTotal int64               // transitions into out of sync, ever
@@ -91,6 +97,13 @@ type entrySet map[*taskEntry]struct{}
 type jobChange struct {
 	gen int64
 	uid string
+}
+
+// groupChange is one entry of Cache.groupLog: the group under this key
+// was touched at this generation.
+type groupChange struct {
+	gen int64
+	key objKey
 }
 
 type note struct{ node, reason string }

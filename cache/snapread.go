@@ -212,6 +212,24 @@ func (s *Snapshot) JobByUID(uid string) (*api.Job, bool) {
 	return j, ok
 }
 
+// TasksChanged reports whether the tasks of j, a job of the last refresh,
+// may have changed between the refresh before it and the last one: its
+// group of tasks was touched (a task of its name came, went, changed phase
+// or node, was assumed or forgotten, or the job's cutoff moved), or the
+// snapshot cannot tell (it is new, or the cache's log no longer went back
+// to the refresh before). False means that what the cache's JobSummary
+// and the snapshot's pending tasks said of j's tasks just after the refresh
+// before still holds at the last one. A job replaced by the last refresh
+// (its PodGroup changed) is a new pointer: callers that compare pointers
+// see that for themselves.
+func (s *Snapshot) TasksChanged(j *api.Job) bool {
+	if s == nil || s.touchedAll {
+		return true
+	}
+	_, ok := s.touched[j]
+	return ok
+}
+
 // JobByName returns the job known under namespace/name. Read-only.
 func (s *Snapshot) JobByName(namespace, name string) (*api.Job, bool) {
 	if s == nil {

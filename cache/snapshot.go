@@ -60,6 +60,12 @@ type Snapshot struct {
 
 	// booked are the books Book changed in place since the last refresh.
 	booked map[*api.NodeBooks]struct{}
+
+	// touched are the jobs whose group of tasks the cache touched between
+	// the refresh before the last one and the last (TasksChanged); all of
+	// them may have when touchedAll.
+	touched    map[*api.Job]struct{}
+	touchedAll bool
 }
 
 type snapGroup struct {
@@ -81,7 +87,8 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if s.owner != c || s.generation > c.gen || s.nodes == nil {
+	fresh := s.owner != c || s.generation > c.gen || s.nodes == nil
+	if fresh {
 		*s = Snapshot{
 			owner:    c,
 			nodes:    map[string]*api.NodeBooks{},
@@ -98,7 +105,31 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 	s.known = len(c.nodes)
 	s.updateGroups(c)
 	s.updateJobs(c)
+	s.updateTouched(c, fresh)
 	s.generation = c.gen
+}
+
+// updateTouched lists the jobs whose groups the cache touched since the
+// last refresh (s.generation, not yet moved on), by the job each group's
+// name now names; every job may have changed when the snapshot is new or
+// the cache's log no longer goes back that far.
+func (s *Snapshot) updateTouched(c *Cache, fresh bool) {
+	clear(s.touched)
+	s.touchedAll = fresh || s.generation < c.groupLogFrom
+	if s.touchedAll {
+		return
+	}
+	from := sort.Search(len(c.groupLog), func(i int) bool { return c.groupLog[i].gen > s.generation })
+	for _, ch := range c.groupLog[from:] {
+		j := s.jobNames[ch.key]
+		if j == nil {
+			continue
+		}
+		if s.touched == nil {
+			s.touched = map[*api.Job]struct{}{}
+		}
+		s.touched[j] = struct{}{}
+	}
 }
 
 func (s *Snapshot) updateNodes(c *Cache) {

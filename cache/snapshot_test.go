@@ -790,3 +790,127 @@ func TestSnapshotJobsAfterTheLogIsTrimmed(t *testing.T) {
 		t.Fatalf("after 8,000 jobs went and one came, the snapshot lists %d jobs (first %v), want only left-uid", len(got), got[:min(len(got), 1)])
 	}
 }
+
+// TestSnapshotTasksChangedHoldsItsWord refreshes one snapshot after random
+// runs of task and job changes (pods created, bound, assumed and
+// forgotten, finished, deleted, moved to another job; PodGroups created,
+// replaced and deleted, names re-used by new UIDs), short and long (past
+// the cache's log), and checks TasksChanged's promise: for every job it
+// says did not change, the cache's JobSummary and the snapshot's pending
+// tasks are what they were just after the refresh before. It also checks
+// that a refresh with nothing done in between says no job changed, and
+// that a new snapshot says every job may have.
+func TestSnapshotTasksChangedHoldsItsWord(t *testing.T) {
+	type seen struct {
+		sum     JobSummary
+		pending []*api.Task
+	}
+	for seed := range int64(4) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			r := newRand(seed)
+			c := New(Options{})
+			for i := range 6 {
+				c.AddOrUpdateNode(api.Node{Name: fmt.Sprint("n", i), UID: fmt.Sprint("n", i),
+					Allocatable: api.NewResource(64000, 256<<30, map[string]int64{api.Pods: 110})})
+			}
+			job := func(i int) (ns, name string) { return fmt.Sprint("ns", i%2), fmt.Sprint("j", i) }
+			var s Snapshot
+			c.UpdateSnapshot(&s)
+			before := map[*api.Job]seen{}
+			look := func() {
+				clear(before)
+				for _, j := range s.Jobs() {
+					before[j] = seen{sum: c.JobSummary(j.Namespace, j.Name), pending: s.PendingOfJob(j.Namespace, j.Name)}
+				}
+			}
+			look()
+			unchanged, changed := 0, 0
+			for round := range 400 {
+				n := r.intn(6)
+				long := r.intn(15) == 0
+				if long {
+					n++
+				}
+				for range n {
+					ji := r.intn(40)
+					ns, name := job(ji)
+					uid := fmt.Sprintf("%s-%s-t%d", ns, name, r.intn(6))
+					switch k := r.intn(10); {
+					case k < 3:
+						c.AddOrUpdateTask(api.Task{Namespace: ns, Name: uid, UID: uid, Job: name, Phase: api.TaskPending,
+							Request: api.NewResource(1000, 1<<30, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+					case k < 4:
+						phase := []api.TaskPhase{api.TaskRunning, api.TaskSucceeded, api.TaskFailed}[r.intn(3)]
+						c.AddOrUpdateTask(api.Task{Namespace: ns, Name: uid, UID: uid, Job: name, Phase: phase, NodeName: fmt.Sprint("n", r.intn(6)),
+							Request: api.NewResource(1000, 1<<30, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+					case k < 5:
+						_ = c.Assume(uid, fmt.Sprint("n", r.intn(6)))
+					case k < 6:
+						c.Forget(uid)
+					case k < 7:
+						c.DeleteTask(uid)
+					case k < 8:
+						// The same pod now names another job.
+						_, other := job(r.intn(40))
+						c.AddOrUpdateTask(api.Task{Namespace: ns, Name: uid, UID: uid, Job: other, Phase: api.TaskPending,
+							Request: api.NewResource(1000, 1<<30, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+					case k < 9:
+						c.AddOrUpdateJob(api.Job{Namespace: ns, Name: name, UID: fmt.Sprintf("%s-%s-u%d", ns, name, r.intn(2)),
+							MinMember: int32(r.intn(4)), Queue: "q", Created: time.Unix(int64(r.intn(3)), 0)})
+					default:
+						c.DeleteJob(fmt.Sprintf("%s-%s-u%d", ns, name, r.intn(2)))
+					}
+				}
+				if long {
+					// Past the log's reach: after those changes, one other
+					// pod's many.
+					for i := range 1500 + r.intn(1500) {
+						phase, node := api.TaskPending, ""
+						if i%2 == 0 {
+							phase, node = api.TaskRunning, "n0"
+						}
+						c.AddOrUpdateTask(api.Task{Namespace: "ns0", Name: "hot", UID: "hot", Job: "hot", Phase: phase, NodeName: node,
+							Request: api.NewResource(1000, 1<<30, map[string]int64{api.Pods: 1}), SchedulerName: "volcano"})
+					}
+				}
+				c.UpdateSnapshot(&s)
+				for _, j := range s.Jobs() {
+					if s.TasksChanged(j) {
+						changed++
+						continue
+					}
+					b, ok := before[j]
+					if !ok {
+						continue // a new pointer: the caller sees the job changed
+					}
+					unchanged++
+					sum := c.JobSummary(j.Namespace, j.Name)
+					if !reflect.DeepEqual(sum, b.sum) {
+						t.Fatalf("round %d (%d changes): %s/%s said unchanged, but its summary went from %+v to %+v", round, n, j.Namespace, j.Name, b.sum, sum)
+					}
+					if p := s.PendingOfJob(j.Namespace, j.Name); !slices.Equal(p, b.pending) {
+						t.Fatalf("round %d (%d changes): %s/%s said unchanged, but its pending tasks went from %d to %d", round, n, j.Namespace, j.Name, len(b.pending), len(p))
+					}
+				}
+				if n == 0 {
+					for _, j := range s.Jobs() {
+						if s.TasksChanged(j) {
+							t.Fatalf("round %d: nothing changed since the refresh before, but %s/%s is said to have", round, j.Namespace, j.Name)
+						}
+					}
+				}
+				look()
+			}
+			if unchanged == 0 || changed == 0 {
+				t.Fatalf("the rounds said %d jobs unchanged and %d changed: both cases should occur", unchanged, changed)
+			}
+			var fresh Snapshot
+			c.UpdateSnapshot(&fresh)
+			for _, j := range fresh.Jobs() {
+				if !fresh.TasksChanged(j) {
+					t.Fatalf("a new snapshot says %s/%s did not change", j.Namespace, j.Name)
+				}
+			}
+		})
+	}
+}

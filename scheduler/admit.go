@@ -167,13 +167,26 @@ func (s *Scheduler) toAdmit(js []*api.Job, now time.Time) (ready, unsized []*api
 }
 
 // cannotSize reports whether admitAmount would refuse j for now
-// (api.Sizable), counting its tasks without sorting the pending ones.
+// (api.Sizable), counting its tasks without sorting the pending ones. A
+// job found so in the cycle before is not counted again while the snapshot
+// says its tasks did not change (Scheduler.unsized): groups waiting for
+// their pods are asked about every cycle. Loop only.
 func (s *Scheduler) cannotSize(j *api.Job) bool {
 	if j.SizedByMinResources() {
 		return false // its tasks need not be counted
 	}
+	cycle := s.stats.cycles.Load()
+	if c, ok := s.unsized[j]; ok && (c == cycle || c == cycle-1 && !s.snap.TasksChanged(j)) {
+		s.unsized[j] = cycle
+		return true
+	}
 	pending, bound, _ := s.jobCounts(j)
-	return !api.Sizable(j, pending, bound)
+	if api.Sizable(j, pending, bound) {
+		delete(s.unsized, j)
+		return false
+	}
+	s.unsized[j] = cycle
+	return true
 }
 
 // after returns the jobs of js that byPriority would order after j, given

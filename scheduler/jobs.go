@@ -48,6 +48,33 @@ type jobRec struct {
 	// reservation (quota taken back for it); cleared once its gang is
 	// bound.
 	nominatedAt time.Time
+	// steady is releaseGone's note that the job needed nothing of it in
+	// a cycle: not state of the job's, only leave to skip it (not part of
+	// empty).
+	steady steadyMark
+}
+
+// steadyMark is what releaseGone saw of a job it found needing nothing
+// (no release, and no answer of podsLate that the clock alone can change)
+// in cycle. The next cycle skips the job while the mark holds and the
+// snapshot says its tasks did not change: the job's pointer is the
+// snapshot's (a changed PodGroup is a new one), and what this shard holds
+// of it (admission, confirmation, the phase last sent) is as it was, so
+// the counts and the answers would be the same. A cycle that skips it
+// carries the mark on; one that does not look at it lets it lapse.
+type steadyMark struct {
+	cycle     int64
+	job       *api.Job
+	admission *admission
+	confirmed bool
+	phaseSent phaseKey
+}
+
+// holds reports whether the mark, left by the cycle before this one, still
+// describes job j and its record r. Called with s.mu held.
+func (m steadyMark) holds(cycle int64, j *api.Job, r *jobRec) bool {
+	return m.cycle == cycle-1 && m.job == j && m.admission == r.admission && m.admission != nil &&
+		m.confirmed == r.confirmed && m.phaseSent == r.phaseSent
 }
 
 // phaseKey is a PodGroup phase with its counts.

@@ -565,3 +565,231 @@ func (r *rig) restart(t *testing.T) {
 	r.s = s
 	r.start(t)
 }
+
+// A running job admitted here is counted by releaseGone once and then
+// skipped, its steady mark carried from cycle to cycle, while nothing of
+// it changes; each change ends the skip and has its effect in the next
+// cycle: a task that finishes is counted in the status sent, a status
+// forgotten is sent again, a PodGroup whose minMember rises past what is
+// bound shows Unknown, and the last tasks finishing give the quota back.
+func TestSteadyJobsAreSkippedUntilTheyChange(t *testing.T) {
+	w := newWorld(t)
+	run := func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) }
+	datadriven.RunTestFromString(t, `
+queue name=q cpu=8
+----
+ok
+
+node name=n1 cpu=8
+----
+ok
+
+job name=g queue=q min=2 tasks=3 cpu=1
+----
+ok
+
+cycle n=3
+----
+ok
+`, run)
+	uid := w.jobs["g"].job.UID
+	steady := func() bool {
+		w.r.s.mu.Lock()
+		defer w.r.s.mu.Unlock()
+		r := w.r.s.jobs[uid]
+		return r != nil && r.steady.cycle == w.r.s.stats.cycles.Load()
+	}
+	status := func() (api.JobStatus, bool) {
+		w.status.mu.Lock()
+		defer w.status.mu.Unlock()
+		st, ok := w.status.groups[uid]
+		return st, ok
+	}
+	expect := func(when string, phase api.JobPhase, running, succeeded int32) {
+		t.Helper()
+		st, ok := status()
+		if !ok || st.Phase != phase || st.Running != running || st.Succeeded != succeeded {
+			t.Fatalf("%s: status %+v (sent: %v), want %s with %d running and %d succeeded", when, st, ok, phase, running, succeeded)
+		}
+	}
+	if !steady() {
+		t.Fatal("a running job with nothing changing is not marked steady")
+	}
+	expect("running", api.JobRunning, 3, 0)
+
+	datadriven.RunTestFromString(t, "finish job=g n=1\n----\nok\n\ncycle\n----\nok\n", run)
+	expect("a task finished", api.JobRunning, 2, 1)
+	datadriven.RunTestFromString(t, "cycle\n----\nok\n", run)
+	if !steady() {
+		t.Fatal("not marked steady again a cycle after the change")
+	}
+
+	w.r.s.mu.Lock()
+	w.r.s.jobs[uid].phaseSent = phaseKey{}
+	w.r.s.mu.Unlock()
+	w.status.mu.Lock()
+	delete(w.status.groups, uid)
+	w.status.mu.Unlock()
+	datadriven.RunTestFromString(t, "cycle\n----\nok\n", run)
+	expect("its status forgotten", api.JobRunning, 2, 1)
+
+	datadriven.RunTestFromString(t, "cycle n=2\n----\nok\n\nedit job=g min=3\n----\nok\n\ncycle\n----\nok\n", run)
+	expect("minMember above the bound", api.JobUnknown, 2, 1)
+
+	datadriven.RunTestFromString(t, `
+cycle n=2
+----
+ok
+
+finish job=g n=2
+----
+ok
+
+cycle
+----
+ok
+
+state
+----
+job g: bound=0 pending=0 done=3 reserved=none phase=Completed
+queue q: cpu used 0 of 8
+ok
+`, run)
+}
+
+// A job admitted here whose gang is short of pods again after it was found
+// steady (two of its three pods deleted before any was bound) is looked at
+// every cycle from then on, although nothing more changes: the answer of
+// podsLate changes with the clock alone, and its quota goes back once it
+// has waited InqueueTimeout (3 minutes by default) for its pods.
+func TestSteadyJobShortOfPodsIsNotSkipped(t *testing.T) {
+	w := newWorld(t)
+	run := func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) }
+	datadriven.RunTestFromString(t, `
+queue name=q cpu=8
+----
+ok
+
+node name=n1 cpu=2
+----
+ok
+
+job name=h queue=q min=3 tasks=3 cpu=1
+----
+ok
+
+cycle n=3
+----
+ok
+
+state
+----
+job h: bound=0 pending=3 done=0 reserved=cpu=3 (Tentative) phase=Inqueue
+queue q: cpu used 0 of 8
+ok
+`, run)
+	for _, uid := range w.jobs["h"].tasks[:2] {
+		w.r.c.DeleteTask(uid)
+		w.done[uid] = true
+	}
+	datadriven.RunTestFromString(t, `
+cycle n=2
+----
+ok
+
+advance d=3m
+----
+ok
+
+cycle
+----
+ok
+
+state
+----
+job h: bound=0 pending=1 done=2 reserved=none phase=Pending/PodsNotCreated
+queue q: cpu used 0 of 8
+ok
+`, run)
+}
+
+// A gang waiting for its pods is counted once per cycle while it waits,
+// and not again while its tasks do not change (Scheduler.unsized); pods
+// that come, or a PodGroup whose minMember drops, get it admitted in the
+// next cycle, and so do pods that came while this shard did not hold its
+// queue (no cycle asked about it then, so what was found before that is
+// not trusted).
+func TestUnsizedGangIsAdmittedOnceItCanBe(t *testing.T) {
+	w := newWorld(t)
+	run := func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) }
+	datadriven.RunTestFromString(t, `
+queue name=q cpu=8
+----
+ok
+
+node name=n1 cpu=8
+----
+ok
+
+job name=a queue=q min=3 tasks=1 cpu=1
+----
+ok
+
+job name=b queue=q min=3 tasks=1 cpu=1
+----
+ok
+
+job name=c queue=q min=3 tasks=1 cpu=1
+----
+ok
+
+cycle n=3
+----
+ok
+
+tasks job=a n=2
+----
+ok
+
+edit job=b min=1
+----
+ok
+
+cycle n=2
+----
+ok
+
+state
+----
+job a: bound=3 pending=0 done=0 reserved=cpu=3 (Confirmed) phase=Running
+job b: bound=1 pending=0 done=0 reserved=cpu=1 (Confirmed) phase=Running
+job c: bound=0 pending=1 done=0 reserved=none phase=-
+queue q: cpu used 4 of 8
+queue root: cpu used 4 of unlimited
+ok
+`, run)
+	if j, ok := w.r.s.snap.JobByUID(w.jobs["c"].job.UID); !ok || w.r.s.unsized[j] != w.r.s.stats.cycles.Load() {
+		t.Fatal("the gang waiting for its pods is not noted as unsized in the last cycle")
+	}
+	w.r.own.mu.Lock()
+	w.r.own.notHeld[wire.QueueKey("q")] = true
+	w.r.own.mu.Unlock()
+	datadriven.RunTestFromString(t, "tasks job=c n=2\n----\nok\n\ncycle\n----\nok\n", run)
+	w.r.own.mu.Lock()
+	delete(w.r.own.notHeld, wire.QueueKey("q"))
+	w.r.own.mu.Unlock()
+	datadriven.RunTestFromString(t, `
+cycle n=2
+----
+ok
+
+state
+----
+job a: bound=3 pending=0 done=0 reserved=cpu=3 (Confirmed) phase=Running
+job b: bound=1 pending=0 done=0 reserved=cpu=1 (Confirmed) phase=Running
+job c: bound=3 pending=0 done=0 reserved=cpu=3 (Confirmed) phase=Running
+queue q: cpu used 7 of 8
+queue root: cpu used 7 of unlimited
+ok
+`, run)
+}

@@ -147,6 +147,10 @@ type Scheduler struct {
 	// the snapshot's job: a pointer hashes faster than two strings, and a
 	// cycle asks for every job's summary several times.
 	summaries map[*api.Job]cache.JobSummary
+	// unsized are the jobs cannotSize last found unsized, with the cycle
+	// (loop only): the snapshot's job pointer stands for the PodGroup as
+	// it was, and prune drops the entries older than the cycle before.
+	unsized map[*api.Job]int64
 	// queueHeld memoizes, for one cycle, whether this shard holds a queue
 	// (holdsQueue; loop only).
 	queueHeld map[string]bool
@@ -264,7 +268,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Now().UnixNano()))),
 		snap:     &cache.Snapshot{},
 		binds:    make(chan bindReq, 4096),
-		groupOps: map[string]time.Time{}, summaries: map[*api.Job]cache.JobSummary{}, queueHeld: map[string]bool{}, heldBefore: map[string]time.Time{},
+		groupOps: map[string]time.Time{}, summaries: map[*api.Job]cache.JobSummary{}, unsized: map[*api.Job]int64{}, queueHeld: map[string]bool{}, heldBefore: map[string]time.Time{},
 		jobs: map[string]*jobRec{}, backoff: map[string]time.Time{}, inflight: map[string]string{},
 		lastEvent: map[string]time.Time{}, queueStat: map[string]api.QueueStatus{}, queueShort: map[string]time.Time{},
 		ho: newHandoff(), held: newHolds(), orphans: map[string]time.Time{}, reconQueues: map[string]bool{},
