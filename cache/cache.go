@@ -60,14 +60,11 @@ type Cache struct {
 	// jobLog lists the jobs changed (added, updated, deleted), oldest
 	// first, so that a snapshot refreshes only those; it is complete for
 	// every generation after jobLogFrom, and trimmed to O(jobs) (logJob).
-	jobLog     []jobChange
-	jobLogFrom int64
-	// groupLog lists the task groups touched (touchGroup), oldest first,
-	// so that a snapshot can tell the jobs whose tasks changed since its
-	// last refresh (Snapshot.TasksChanged); complete for every generation
-	// after groupLogFrom, and trimmed to O(groups).
-	groupLog     []groupChange
-	groupLogFrom int64
+	jobLog changeLog[string]
+	// groupLog lists the task groups touched (touchGroup), so that a
+	// snapshot can tell the jobs whose tasks changed since its last
+	// refresh (Snapshot.TasksChanged); trimmed to O(groups).
+	groupLog changeLog[objKey]
 
 	outOfSync      map[string]struct{} // owned nodes whose books are out of sync
 	outOfSyncTotal int64               // transitions into out of sync, ever
@@ -91,20 +88,6 @@ type objKey struct{ namespace, name string }
 // UID: with every pod of the cluster in a group and on a node, in every
 // shard, the difference was a tenth of a shard's heap at 1M cores.
 type entrySet map[*taskEntry]struct{}
-
-// jobChange is one entry of Cache.jobLog: the job of this UID changed at
-// this generation.
-type jobChange struct {
-	gen int64
-	uid string
-}
-
-// groupChange is one entry of Cache.groupLog: the group under this key
-// was touched at this generation.
-type groupChange struct {
-	gen int64
-	key objKey
-}
 
 type note struct{ node, reason string }
 

@@ -65,10 +65,5 @@ func (c *Cache) DeleteJob(uid string) {
 // that its older half goes, and a snapshot older than what is left lists
 // every job again. Called with mu held exclusively.
 func (c *Cache) logJob(gen int64, uid string) {
-	c.jobLog = append(c.jobLog, jobChange{gen: gen, uid: uid})
-	if limit := max(2*len(c.jobs), 1024); len(c.jobLog) > limit {
-		drop := len(c.jobLog) / 2
-		c.jobLogFrom = c.jobLog[drop-1].gen
-		c.jobLog = append(c.jobLog[:0], c.jobLog[drop:]...)
-	}
+	c.jobLog.add(gen, uid, max(2*len(c.jobs), 1024))
 }

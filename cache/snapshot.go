@@ -115,12 +115,12 @@ func (c *Cache) UpdateSnapshot(s *Snapshot) {
 // the cache's log no longer goes back that far.
 func (s *Snapshot) updateTouched(c *Cache, fresh bool) {
 	clear(s.touched)
-	s.touchedAll = fresh || s.generation < c.groupLogFrom
+	changes, ok := c.groupLog.since(s.generation)
+	s.touchedAll = fresh || !ok
 	if s.touchedAll {
 		return
 	}
-	from := sort.Search(len(c.groupLog), func(i int) bool { return c.groupLog[i].gen > s.generation })
-	for _, ch := range c.groupLog[from:] {
+	for _, ch := range changes {
 		j := s.jobNames[ch.key]
 		if j == nil {
 			continue
@@ -295,11 +295,10 @@ func (s *Snapshot) updateJobs(c *Cache) {
 	// only those are looked at, each put into or taken out of the sorted
 	// list where it belongs; otherwise every job is compared, and the list
 	// sorted again if jobs came or went.
-	if s.jobsGen >= 0 && s.jobsGen >= c.jobLogFrom {
-		from := sort.Search(len(c.jobLog), func(i int) bool { return c.jobLog[i].gen > s.jobsGen })
-		if changes := c.jobLog[from:]; len(changes) <= max(len(s.jobList)/8, 64) {
+	if changes, ok := c.jobLog.since(s.jobsGen); ok && s.jobsGen >= 0 {
+		if len(changes) <= max(len(s.jobList)/8, 64) {
 			for _, ch := range changes {
-				s.refreshJob(c, ch.uid)
+				s.refreshJob(c, ch.key)
 			}
 			s.jobsGen = c.jobsGen
 			return

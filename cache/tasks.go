@@ -219,10 +219,5 @@ func (c *Cache) joinGroup(e *taskEntry, key objKey, pending bool) {
 func (c *Cache) touchGroup(g *taskGroup) {
 	g.gen = c.next()
 	c.groupsGen = g.gen
-	c.groupLog = append(c.groupLog, groupChange{gen: g.gen, key: g.key})
-	if limit := max(2*len(c.groups), 1024); len(c.groupLog) > limit {
-		drop := len(c.groupLog) / 2
-		c.groupLogFrom = c.groupLog[drop-1].gen
-		c.groupLog = append(c.groupLog[:0], c.groupLog[drop:]...)
-	}
+	c.groupLog.add(g.gen, g.key, max(2*len(c.groups), 1024))
 }

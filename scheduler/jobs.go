@@ -56,18 +56,22 @@ type jobRec struct {
 
 // steadyMark is what releaseGone saw of a job it found needing nothing
 // (no release, and no answer of podsLate that the clock alone can change)
-// in cycle. The next cycle skips the job while the mark holds and the
-// snapshot says its tasks did not change: the job's pointer is the
-// snapshot's (a changed PodGroup is a new one), and what this shard holds
-// of it (admission, confirmation, the phase last sent) is as it was, so
-// the counts and the answers would be the same. A cycle that skips it
-// carries the mark on; one that does not look at it lets it lapse.
+// in cycle, with the job's counts (jobCounts). The next cycle skips the
+// job while the mark holds and the snapshot says its tasks did not change
+// since: the job's pointer is the snapshot's (a changed PodGroup is a new
+// one), and what this shard holds of it (admission, confirmation, the phase
+// last sent) is as it was, so the counts and the answers are what they
+// were, as of this cycle's snapshot (a task event after the refresh is seen
+// by the next cycle, which it marks changed). A cycle that skips it carries
+// the mark on; one that does not look at it lets it lapse. A kept mark holds
+// on to the job and admission it describes until the next.
 type steadyMark struct {
-	cycle     int64
-	job       *api.Job
-	admission *admission
-	confirmed bool
-	phaseSent phaseKey
+	cycle                int64
+	job                  *api.Job
+	admission            *admission
+	confirmed            bool
+	phaseSent            phaseKey
+	pending, bound, done int
 }
 
 // holds reports whether the mark, left by the cycle before this one, still
@@ -75,6 +79,28 @@ type steadyMark struct {
 func (m steadyMark) holds(cycle int64, j *api.Job, r *jobRec) bool {
 	return m.cycle == cycle-1 && m.job == j && m.admission == r.admission && m.admission != nil &&
 		m.confirmed == r.confirmed && m.phaseSent == r.phaseSent
+}
+
+// quiet reports whether placement has nothing to do for j, whose role here
+// is asOwner, in this cycle: releaseGone found it steady in this cycle (its
+// mark carried or made now), with no pending task, its gang bound and
+// confirmed, and its cover settled for the same counts and PodGroup version
+// (wantResize would have nothing to decide), and it is not giving its quota
+// back. What placement would do for it then is only to keep its cover and
+// count it as this shard's. Loop only.
+func (s *Scheduler) quiet(j *api.Job, cycle int64) bool {
+	if s.isMarked(j.UID) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.jobs[j.UID]
+	if r == nil {
+		return false
+	}
+	m := r.steady
+	return m.cycle == cycle && m.job == j && m.admission == r.admission && m.admission != nil && m.confirmed && r.confirmed &&
+		m.pending == 0 && r.cover != nil && r.settled == settleKey{pending: 0, bound: m.bound, done: m.done, version: j.ResourceVersion}
 }
 
 // phaseKey is a PodGroup phase with its counts.

@@ -8,11 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
-	"github.com/shardsched/shardsched/cache"
 	"github.com/shardsched/shardsched/wire"
 )
 
@@ -21,20 +19,16 @@ import (
 //
 // A job found steady by the cycle before (nothing to release, nothing that
 // waits on the clock) is not looked at again while neither it, its tasks
-// nor what this shard holds of it changed: with thousands of running jobs
-// admitted here, counting each one's tasks every cycle was a sixth of a
-// shard's CPU at 5,000 nodes.
+// nor what this shard holds of it changed (jobRec.steady), and placement
+// passes it by as well while it has nothing to place (quiet): with
+// thousands of running jobs admitted here, counting each one's tasks every
+// cycle in both was a third of a shard's CPU at 5,000 nodes.
 func (s *Scheduler) releaseGone(ctx context.Context) {
 	cycle := s.stats.cycles.Load()
 	s.mu.Lock()
 	var gone []string
 	var names []admission
-	type visit struct {
-		j         *api.Job
-		a         *admission
-		confirmed bool
-	}
-	var admitted []visit // the live jobs admitted here, but the steady ones
+	var admitted []*api.Job // the live jobs admitted here, but the steady ones
 	for uid, r := range s.jobs {
 		if r.admission == nil {
 			continue
@@ -49,10 +43,10 @@ func (s *Scheduler) releaseGone(ctx context.Context) {
 			r.steady.cycle = cycle
 			continue
 		}
-		admitted = append(admitted, visit{j: j, a: r.admission, confirmed: r.confirmed})
+		admitted = append(admitted, j)
 	}
 	s.mu.Unlock()
-	slices.SortFunc(admitted, func(a, b visit) int { return cache.JobOrder(a.j, b.j) })
+	admitted = s.snap.InOrder(admitted)
 	// A deleted job's pods may still be terminating, holding their nodes:
 	// its reservation covers them until they are gone.
 	kept := gone[:0]
@@ -62,21 +56,28 @@ func (s *Scheduler) releaseGone(ctx context.Context) {
 		}
 	}
 	gone = kept
-	for _, v := range admitted {
-		j, a, confirmed := v.j, v.a, v.confirmed
+	for _, j := range admitted {
+		s.mu.Lock()
+		var a *admission
+		confirmed := false
+		if r := s.jobs[j.UID]; r != nil {
+			a, confirmed = r.admission, r.confirmed
+		}
+		s.mu.Unlock()
+		if a == nil {
+			continue
+		}
 		pending, bound, done := s.jobCounts(j)
 		if pending == 0 && bound == 0 && done >= int(max(j.MinMember, 1)) {
 			gone = append(gone, j.UID)
 			s.syncPhase(j, api.JobCompleted, 0)
 			continue
 		}
-		// Steady unless it is released below, or podsLate's answer may
-		// change with the clock alone.
-		steady := bound > 0 || pending+done >= int(max(j.MinMember, 1))
+		mark := steadyMark{cycle: cycle, job: j, admission: a, confirmed: confirmed, pending: pending, bound: bound, done: done}
 		if a.queue != j.Queue {
 			// Moved to another queue: its owner writes its phase; this
 			// shard only releases what it holds once the job is done.
-			s.markSteady(cycle, v.j, a, confirmed)
+			s.markSteady(mark)
 			continue
 		}
 		if confirmed {
@@ -107,8 +108,10 @@ func (s *Scheduler) releaseGone(ctx context.Context) {
 			s.mu.Unlock()
 			continue
 		}
-		if steady {
-			s.markSteady(cycle, j, a, confirmed)
+		if !shortOfPods(j, pending, bound, done) {
+			// Released above, or waiting for its pods on the clock: not
+			// steady.
+			s.markSteady(mark)
 		}
 	}
 	parallel(gone, s.cfg.AdmitParallelism, func(uid string) {
@@ -124,22 +127,29 @@ func (s *Scheduler) releaseGone(ctx context.Context) {
 	s.forgetReleased(ctx, gone)
 }
 
-// markSteady notes that releaseGone found j, admitted here as a with
-// confirmed as given, needing nothing this cycle and nothing on the
-// clock's account (jobRec.steady). Nothing is noted if the record changed
-// meanwhile.
-func (s *Scheduler) markSteady(cycle int64, j *api.Job, a *admission, confirmed bool) {
+// markSteady records m, what releaseGone found of a job that needed
+// nothing this cycle and nothing on the clock's account (jobRec.steady),
+// with the phase last sent. Nothing is recorded if the job's admission or
+// confirmation changed since releaseGone read them.
+func (s *Scheduler) markSteady(m steadyMark) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.jobs[j.UID]; r != nil && r.admission == a && r.confirmed == confirmed {
-		r.steady = steadyMark{cycle: cycle, job: j, admission: a, confirmed: confirmed, phaseSent: r.phaseSent}
+	if r := s.jobs[m.job.UID]; r != nil && r.admission == m.admission && r.confirmed == m.confirmed {
+		m.phaseSent = r.phaseSent
+		r.steady = m
 	}
+}
+
+// shortOfPods reports whether j, with these counts, has fewer than
+// minMember pods and none bound: what podsLate waits on the clock for.
+func shortOfPods(j *api.Job, pending, bound, done int) bool {
+	return bound == 0 && pending+done < int(max(j.MinMember, 1))
 }
 
 // podsLate reports whether j, admitted here, has waited InqueueTimeout for
 // the pods of its gang: fewer than minMember exist and none is bound.
 func (s *Scheduler) podsLate(j *api.Job, pending, bound, done int) bool {
-	if bound > 0 || pending+done >= int(max(j.MinMember, 1)) {
+	if !shortOfPods(j, pending, bound, done) {
 		return false
 	}
 	s.mu.Lock()

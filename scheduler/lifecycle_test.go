@@ -566,14 +566,19 @@ func (r *rig) restart(t *testing.T) {
 	r.start(t)
 }
 
-// A running job admitted here is counted by releaseGone once and then
-// skipped, its steady mark carried from cycle to cycle, while nothing of
-// it changes; each change ends the skip and has its effect in the next
-// cycle: a task that finishes is counted in the status sent, a status
-// forgotten is sent again, a PodGroup whose minMember rises past what is
-// bound shows Unknown, and the last tasks finishing give the quota back.
+// A running job admitted here has its tasks counted once and is then
+// skipped by releaseGone and by placement (no cycle reads its counts), its
+// steady mark carried from cycle to cycle, while nothing of it changes;
+// each change ends the skip and has its effect in the next cycles: a task
+// that finishes is counted in the status sent and its cover shrinks, a
+// status forgotten is sent again, a PodGroup whose minMember rises past
+// what is bound shows Unknown, a pod that comes is placed, and the last
+// tasks finishing give the quota back.
 func TestSteadyJobsAreSkippedUntilTheyChange(t *testing.T) {
 	w := newWorld(t)
+	// The queue status roll-up, which reads every job's counts every
+	// statusEvery, is held off.
+	w.r.s.lastStatus = w.r.clock().Add(time.Hour)
 	run := func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) }
 	datadriven.RunTestFromString(t, `
 queue name=q cpu=8
@@ -612,16 +617,31 @@ ok
 			t.Fatalf("%s: status %+v (sent: %v), want %s with %d running and %d succeeded", when, st, ok, phase, running, succeeded)
 		}
 	}
+	// counted reports whether the last cycle read the job's task counts
+	// (every read goes through the cycle's memo).
+	counted := func() bool {
+		j, ok := w.r.s.snap.JobByUID(uid)
+		_, read := w.r.s.summaries[j]
+		return !ok || read
+	}
+	// Three cycles place, confirm and settle it; the fourth finds it quiet.
+	datadriven.RunTestFromString(t, "cycle\n----\nok\n", run)
 	if !steady() {
 		t.Fatal("a running job with nothing changing is not marked steady")
+	}
+	if counted() {
+		t.Fatal("a steady job's tasks were counted again")
 	}
 	expect("running", api.JobRunning, 3, 0)
 
 	datadriven.RunTestFromString(t, "finish job=g n=1\n----\nok\n\ncycle\n----\nok\n", run)
 	expect("a task finished", api.JobRunning, 2, 1)
-	datadriven.RunTestFromString(t, "cycle\n----\nok\n", run)
-	if !steady() {
-		t.Fatal("not marked steady again a cycle after the change")
+	if !counted() {
+		t.Fatal("the job's tasks were not counted in the cycle after one finished")
+	}
+	datadriven.RunTestFromString(t, "cycle n=2\n----\nok\n", run)
+	if !steady() || counted() {
+		t.Fatalf("two cycles after the change: steady %v, counted %v; want steady and not counted", steady(), counted())
 	}
 
 	w.r.s.mu.Lock()
@@ -636,12 +656,41 @@ ok
 	datadriven.RunTestFromString(t, "cycle n=2\n----\nok\n\nedit job=g min=3\n----\nok\n\ncycle\n----\nok\n", run)
 	expect("minMember above the bound", api.JobUnknown, 2, 1)
 
+	// Its cover shrank to what is bound, and a pod that comes is placed.
+	datadriven.RunTestFromString(t, `
+state
+----
+job g: bound=2 pending=0 done=1 reserved=cpu=2 (Confirmed) phase=Unknown
+queue q: cpu used 2 of 8
+queue root: cpu used 2 of unlimited
+ok
+
+cycle n=2
+----
+ok
+
+tasks job=g n=1
+----
+ok
+
+cycle n=2
+----
+ok
+
+state
+----
+job g: bound=3 pending=0 done=1 reserved=cpu=3 (Confirmed) phase=Running
+queue q: cpu used 3 of 8
+queue root: cpu used 3 of unlimited
+ok
+`, run)
+
 	datadriven.RunTestFromString(t, `
 cycle n=2
 ----
 ok
 
-finish job=g n=2
+finish job=g n=3
 ----
 ok
 
@@ -651,7 +700,7 @@ ok
 
 state
 ----
-job g: bound=0 pending=0 done=3 reserved=none phase=Completed
+job g: bound=0 pending=0 done=4 reserved=none phase=Completed
 queue q: cpu used 0 of 8
 ok
 `, run)

@@ -43,17 +43,26 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	// place, and only this shard's are sorted (each job's priority reads
 	// the cache). Then oldest first within a priority, so the
 	// longest-waiting gang plans before younger jobs take the room.
+	// A job of ours with nothing to place (quiet) only keeps its cover and
+	// counts as this shard's.
+	cycle := s.stats.cycles.Load()
 	roles := make(map[*api.Job]role, len(jobs))
 	ours := make([]*api.Job, 0, len(jobs))
+	keepCover := make(map[string]bool, len(jobs)) // jobs whose reservation nobody else can have resized
+	placedJobs, mine := map[string]bool{}, make(map[string]bool, len(jobs))
 	for _, j := range jobs {
-		if r := s.roleOf(ctx, j); r != notMine {
+		r := s.roleOf(ctx, j)
+		switch {
+		case r == notMine:
+		case r == asOwner && s.quiet(j, cycle):
+			mine[j.UID], keepCover[j.UID] = true, true
+		default:
 			roles[j] = r
 			ours = append(ours, j)
 		}
 	}
 	jobs = ours
 	s.byPriority(jobs)
-	placedJobs, mine := map[string]bool{}, make(map[string]bool, len(jobs))
 	s.held.full = false
 	defer func() { s.endHold(placedJobs, mine) }()
 	// First the roles, and the reservations of the jobs placed here resized
@@ -71,7 +80,6 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	}
 	work := make([]roled, 0, len(jobs))
 	var resizes []resizeReq
-	keepCover := make(map[string]bool, len(jobs)) // jobs whose reservation nobody else can have resized
 	room := &lazyRoom{snap: s.snap}
 	for _, j := range jobs {
 		role := roles[j]
