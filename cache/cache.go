@@ -57,9 +57,8 @@ type Cache struct {
 	jobs     map[string]*api.Job // by UID; each value is never mutated once stored
 	jobNames map[objKey]string   // namespace/name -> UID
 	jobsGen  int64               // generation of the last change to jobs
-	// jobLog lists the jobs changed (added, updated, deleted), oldest
-	// first, so that a snapshot refreshes only those; it is complete for
-	// every generation after jobLogFrom, and trimmed to O(jobs) (logJob).
+	// jobLog lists the jobs changed (added, updated, deleted), so that a
+	// snapshot refreshes only those; trimmed to O(jobs) (logJob).
 	jobLog changeLog[string]
 	// groupLog lists the task groups touched (touchGroup), so that a
 	// snapshot can tell the jobs whose tasks changed since its last

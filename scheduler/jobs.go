@@ -58,13 +58,15 @@ type jobRec struct {
 // (no release, and no answer of podsLate that the clock alone can change)
 // in cycle, with the job's counts (jobCounts). The next cycle skips the
 // job while the mark holds and the snapshot says its tasks did not change
-// since: the job's pointer is the snapshot's (a changed PodGroup is a new
-// one), and what this shard holds of it (admission, confirmation, the phase
-// last sent) is as it was, so the counts and the answers are what they
-// were, as of this cycle's snapshot (a task event after the refresh is seen
-// by the next cycle, which it marks changed). A cycle that skips it carries
-// the mark on; one that does not look at it lets it lapse. A kept mark holds
-// on to the job and admission it describes until the next.
+// between the two refreshes: the job's pointer is the snapshot's (a changed
+// PodGroup is a new one), and what this shard holds of it (admission,
+// confirmation, the phase last sent) is as it was, so the counts and the
+// answers are what they were. The counts are those at this cycle's
+// refresh: a task event after it, which a full look would have read from
+// the cache at once, is seen one cycle later (the next refresh marks the
+// job changed). A cycle that skips it carries the mark on; one that does
+// not look at it lets it lapse. A kept mark holds on to the job and
+// admission it describes until the next.
 type steadyMark struct {
 	cycle                int64
 	job                  *api.Job
@@ -83,11 +85,13 @@ func (m steadyMark) holds(cycle int64, j *api.Job, r *jobRec) bool {
 
 // quiet reports whether placement has nothing to do for j, whose role here
 // is asOwner, in this cycle: releaseGone found it steady in this cycle (its
-// mark carried or made now), with no pending task, its gang bound and
-// confirmed, and its cover settled for the same counts and PodGroup version
-// (wantResize would have nothing to decide), and it is not giving its quota
-// back. What placement would do for it then is only to keep its cover and
-// count it as this shard's. Loop only.
+// mark carried or made now), with no pending task, its reservation
+// confirmed, and its cover settled for the same counts and PodGroup
+// version (wantResize would have nothing to decide), and it is not giving
+// its quota back. What placement would do for it then is only to keep its
+// cover and count it as this shard's. Its counts are the mark's, as of
+// this cycle's refresh (steadyMark): a cover that a task finishing after
+// the refresh lets shrink shrinks one cycle later. Loop only.
 func (s *Scheduler) quiet(j *api.Job, cycle int64) bool {
 	if s.isMarked(j.UID) {
 		return false

@@ -567,7 +567,7 @@ func (r *rig) restart(t *testing.T) {
 }
 
 // A running job admitted here has its tasks counted once and is then
-// skipped by releaseGone and by placement (no cycle reads its counts), its
+// skipped by releaseGone and by placement (neither reads its counts), its
 // steady mark carried from cycle to cycle, while nothing of it changes;
 // each change ends the skip and has its effect in the next cycles: a task
 // that finishes is counted in the status sent and its cover shrinks, a
