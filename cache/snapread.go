@@ -230,6 +230,19 @@ func (s *Snapshot) TasksChanged(j *api.Job) bool {
 	return ok
 }
 
+// JobUnchanged reports whether the last refresh left the job of this UID
+// as it was: not added, replaced or removed (false when the snapshot
+// cannot tell: it is new, or the refresh compared every job). A caller
+// holding the job the refresh before gave for uid knows, when true, that
+// it is still the snapshot's, without looking it up.
+func (s *Snapshot) JobUnchanged(uid string) bool {
+	if s == nil || s.jobsAll {
+		return false
+	}
+	_, changed := s.jobsChanged[uid]
+	return !changed
+}
+
 // JobByName returns the job known under namespace/name. Read-only.
 func (s *Snapshot) JobByName(namespace, name string) (*api.Job, bool) {
 	if s == nil {

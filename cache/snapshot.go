@@ -66,6 +66,11 @@ type Snapshot struct {
 	// them may have when touchedAll.
 	touched    map[*api.Job]struct{}
 	touchedAll bool
+	// jobsChanged are the UIDs of the jobs the last refresh added,
+	// replaced or removed (JobUnchanged); all of them may have been when
+	// jobsAll.
+	jobsChanged map[string]struct{}
+	jobsAll     bool
 }
 
 type snapGroup struct {
@@ -286,6 +291,8 @@ func compareKeys(ns1, name1, uid1, ns2, name2, uid2 string) int {
 }
 
 func (s *Snapshot) updateJobs(c *Cache) {
+	clear(s.jobsChanged)
+	s.jobsAll = false
 	if s.jobsGen == c.jobsGen {
 		return
 	}
@@ -299,11 +306,16 @@ func (s *Snapshot) updateJobs(c *Cache) {
 		if len(changes) <= max(len(s.jobList)/8, 64) {
 			for _, ch := range changes {
 				s.refreshJob(c, ch.key)
+				if s.jobsChanged == nil {
+					s.jobsChanged = map[string]struct{}{}
+				}
+				s.jobsChanged[ch.key] = struct{}{}
 			}
 			s.jobsGen = c.jobsGen
 			return
 		}
 	}
+	s.jobsAll = true
 	structural := false
 	for uid, j := range c.jobs {
 		old, ok := s.jobs[uid]

@@ -666,13 +666,16 @@ func TestSnapshotBook(t *testing.T) {
 // job changes (updates, deletes, names re-used by new UIDs, stale deletes),
 // short and long, so that it takes the cache's log of changed jobs and,
 // after the log was trimmed or named too many jobs, the full comparison; and
-// checks it against a snapshot built from scratch each time.
+// checks it against a snapshot built from scratch each time; a job it says
+// unchanged (JobUnchanged) must be the very job the refresh before had.
 func TestSnapshotJobsFollowTheLog(t *testing.T) {
 	for seed := range int64(4) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			r := newRand(seed)
 			c := New(Options{})
 			var s Snapshot
+			prev := map[string]*api.Job{}
+			kept := 0
 			for round := range 300 {
 				n := 1 + r.intn(8)
 				if r.intn(10) == 0 {
@@ -689,8 +692,24 @@ func TestSnapshotJobsFollowTheLog(t *testing.T) {
 						MinMember: int32(r.intn(5)), Queue: fmt.Sprint("q", r.intn(4))})
 				}
 				c.UpdateSnapshot(&s)
+				for uid, j := range prev {
+					if !s.JobUnchanged(uid) {
+						continue
+					}
+					kept++
+					if now, ok := s.JobByUID(uid); !ok || now != j {
+						t.Fatalf("round %d: %s said unchanged, but the snapshot's job is now %v (present %v), not the one before", round, uid, now, ok)
+					}
+				}
+				clear(prev)
+				for _, j := range s.Jobs() {
+					prev[j.UID] = j
+				}
 				var fresh Snapshot
 				c.UpdateSnapshot(&fresh)
+				if len(fresh.Jobs()) > 0 && fresh.JobUnchanged(fresh.Jobs()[0].UID) {
+					t.Fatalf("round %d: a new snapshot says a job is unchanged", round)
+				}
 				got, want := s.Jobs(), fresh.Jobs()
 				if len(got) != len(want) {
 					t.Fatalf("round %d: %d jobs, a fresh snapshot has %d", round, len(got), len(want))
@@ -721,6 +740,9 @@ func TestSnapshotJobsFollowTheLog(t *testing.T) {
 				if !maps.EqualFunc(gotByQueue, wantByQueue, slices.Equal) {
 					t.Fatalf("round %d: jobs by queue %v, want %v (from Jobs)", round, queueSizes(gotByQueue), queueSizes(wantByQueue))
 				}
+			}
+			if kept == 0 {
+				t.Fatal("no job was ever said unchanged")
 			}
 		})
 	}
