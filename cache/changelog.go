@@ -19,10 +19,10 @@ type logEntry[K any] struct {
 }
 
 // add records that key changed at gen (no earlier than the last entry's),
-// keeping at most limit entries.
+// keeping at most limit entries (at least 2).
 func (l *changeLog[K]) add(gen int64, key K, limit int) {
 	l.entries = append(l.entries, logEntry[K]{gen: gen, key: key})
-	if len(l.entries) > limit {
+	if len(l.entries) > max(limit, 2) {
 		drop := len(l.entries) / 2
 		l.from = l.entries[drop-1].gen
 		l.entries = append(l.entries[:0], l.entries[drop:]...)

@@ -707,8 +707,10 @@ func TestSnapshotJobsFollowTheLog(t *testing.T) {
 				}
 				var fresh Snapshot
 				c.UpdateSnapshot(&fresh)
-				if len(fresh.Jobs()) > 0 && fresh.JobUnchanged(fresh.Jobs()[0].UID) {
-					t.Fatalf("round %d: a new snapshot says a job is unchanged", round)
+				for _, j := range fresh.Jobs() {
+					if fresh.JobUnchanged(j.UID) {
+						t.Fatalf("round %d: a new snapshot says %s is unchanged", round, j.UID)
+					}
 				}
 				got, want := s.Jobs(), fresh.Jobs()
 				if len(got) != len(want) {

@@ -79,8 +79,14 @@ type steadyMark struct {
 // holds reports whether the mark, left by the cycle before this one, still
 // describes job j and its record r. Called with s.mu held.
 func (m steadyMark) holds(cycle int64, j *api.Job, r *jobRec) bool {
-	return m.cycle == cycle-1 && m.job == j && m.admission == r.admission && m.admission != nil &&
-		m.confirmed == r.confirmed && m.phaseSent == r.phaseSent
+	return m.cycle == cycle-1 && m.describes(j, r)
+}
+
+// describes reports whether the mark is of j as r holds it now: the same
+// PodGroup, admission, confirmation and phase last sent. Called with s.mu
+// held.
+func (m steadyMark) describes(j *api.Job, r *jobRec) bool {
+	return m.job == j && m.admission != nil && m.admission == r.admission && m.confirmed == r.confirmed && m.phaseSent == r.phaseSent
 }
 
 // quiet reports whether placement has nothing to do for j, whose role here
@@ -103,8 +109,8 @@ func (s *Scheduler) quiet(j *api.Job, cycle int64) bool {
 		return false
 	}
 	m := r.steady
-	return m.cycle == cycle && m.job == j && m.admission == r.admission && m.admission != nil && m.confirmed && r.confirmed &&
-		m.pending == 0 && r.cover != nil && r.settled == settleKey{pending: 0, bound: m.bound, done: m.done, version: j.ResourceVersion}
+	return m.cycle == cycle && m.describes(j, r) && m.confirmed && m.pending == 0 &&
+		r.cover != nil && r.settled == settleKey{pending: 0, bound: m.bound, done: m.done, version: j.ResourceVersion}
 }
 
 // phaseKey is a PodGroup phase with its counts.

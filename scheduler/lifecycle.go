@@ -104,6 +104,11 @@ func (s *Scheduler) releaseGone(ctx context.Context) {
 				continue
 			}
 		}
+		if !shortOfPods(j, pending, bound, done) {
+			// Not waiting on the clock for its pods: steady.
+			s.markSteady(mark)
+			continue
+		}
 		if s.podsLate(j, pending, bound, done) {
 			gone = append(gone, j.UID)
 			msg := fmt.Sprintf("admitted %s ago but only %d of its minMember %d pods exist: its quota is given back until they come",
@@ -112,11 +117,6 @@ func (s *Scheduler) releaseGone(ctx context.Context) {
 			s.mu.Lock()
 			s.rec(j.UID).lateUntil = s.cfg.Now().Add(s.cfg.InqueueTimeout / 4)
 			s.mu.Unlock()
-			continue
-		}
-		if !shortOfPods(j, pending, bound, done) {
-			// Not waiting on the clock for its pods: steady.
-			s.markSteady(mark)
 		}
 	}
 	parallel(gone, s.cfg.AdmitParallelism, func(uid string) {

@@ -703,6 +703,39 @@ state
 job g: bound=0 pending=0 done=4 reserved=none phase=Completed
 queue q: cpu used 0 of 8
 ok
+
+job name=k queue=q min=1 tasks=2 cpu=1
+----
+ok
+
+cycle n=4
+----
+ok
+`, run)
+	// A steady job is taken from its mark without a look-up while no job
+	// of its UID changed; its PodGroup deleted, its quota goes back.
+	kuid := w.jobs["k"].job.UID
+	w.r.s.mu.Lock()
+	km := w.r.s.jobs[kuid].steady
+	w.r.s.mu.Unlock()
+	if km.cycle != w.r.s.stats.cycles.Load() {
+		t.Fatalf("job k not steady after four cycles: %+v", km)
+	}
+	datadriven.RunTestFromString(t, `
+delete job=k
+----
+ok
+
+cycle
+----
+ok
+
+state
+----
+job g: bound=0 pending=0 done=4 reserved=none phase=Completed
+job k: bound=0 pending=0 done=2 reserved=none phase=Running
+queue q: cpu used 0 of 8
+ok
 `, run)
 }
 
