@@ -40,6 +40,8 @@ import (
 //	edit job=J [min=M] [minres=MILLICPU] [queue=Q]         the PodGroup's spec changes in place
 //	finish job=J n=N                                       N bound tasks succeed
 //	delete job=J                                           the PodGroup and its tasks are gone
+//	delete-pods job=J [n=N]                                N of its unfinished pods (all by default) are gone, the PodGroup stays
+//	hold queue=Q [off]                                     this shard holds the queue's ownership record again (off: it does not)
 //	terminate job=J                                        the PodGroup is gone, its bound tasks are releasing
 //	cycle [n=N]                                            N scheduling cycles, 100 ms apart
 //	advance d=DURATION                                     the clock moves
@@ -70,19 +72,7 @@ func TestLifecycleScenarios(t *testing.T) {
 func TestLifecycleCheckRunsAfterCommands(t *testing.T) {
 	w := newWorld(t)
 	run := func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) }
-	datadriven.RunTestFromString(t, `
-queue name=q cpu=2
-----
-ok
-
-node name=n1 cpu=8
-----
-ok
-
-job name=d queue=q min=1 tasks=3 cpu=1
-----
-ok
-`, run)
+	w.begin(t, "queue name=q cpu=2", "node name=n1 cpu=8", "job name=d queue=q min=1 tasks=3 cpu=1")
 	for _, uid := range w.jobs["d"].tasks {
 		if err := w.r.binder.Bind(context.Background(), w.tasks[uid], "n1"); err != nil {
 			t.Fatal(err)
@@ -114,6 +104,15 @@ type world struct {
 type wJob struct {
 	job   api.Job
 	tasks []string // UIDs, in creation order
+}
+
+// begin runs commands, one each, that are expected to answer "ok" (a
+// scenario's set-up).
+func (w *world) begin(t *testing.T, cmds ...string) {
+	t.Helper()
+	for _, c := range cmds {
+		datadriven.RunTestFromString(t, c+"\n----\nok\n", func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) })
+	}
 }
 
 func newWorld(t *testing.T) *world {
@@ -352,13 +351,25 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	case "delete-pods":
 		// The job's pods are deleted (gone at once); its PodGroup stays.
 		wj := w.jobs[argStr(d, "job", "")]
+		n := argInt(t, d, "n", int64(len(wj.tasks)))
 		for _, uid := range wj.tasks {
-			if !w.done[uid] {
+			if n > 0 && !w.done[uid] {
 				w.r.c.DeleteTask(uid)
 				w.done[uid] = true
+				n--
 			}
 		}
 		return w.check()
+	case "hold":
+		key := wire.QueueKey(argStr(d, "queue", ""))
+		w.r.own.mu.Lock()
+		if argStr(d, "off", "") != "" {
+			w.r.own.notHeld[key] = true
+		} else {
+			delete(w.r.own.notHeld, key)
+		}
+		w.r.own.mu.Unlock()
+		return "ok"
 	case "terminate":
 		// The PodGroup is deleted; its bound tasks are being deleted and
 		// still hold their nodes (grace period); the unbound ones are gone.
@@ -580,23 +591,7 @@ func TestSteadyJobsAreSkippedUntilTheyChange(t *testing.T) {
 	// statusEvery, is held off.
 	w.r.s.lastStatus = w.r.clock().Add(time.Hour)
 	run := func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) }
-	datadriven.RunTestFromString(t, `
-queue name=q cpu=8
-----
-ok
-
-node name=n1 cpu=8
-----
-ok
-
-job name=g queue=q min=2 tasks=3 cpu=1
-----
-ok
-
-cycle n=3
-----
-ok
-`, run)
+	w.begin(t, "queue name=q cpu=8", "node name=n1 cpu=8", "job name=g queue=q min=2 tasks=3 cpu=1", "cycle n=3")
 	uid := w.jobs["g"].job.UID
 	steady := func() bool {
 		w.r.s.mu.Lock()
@@ -703,15 +698,8 @@ state
 job g: bound=0 pending=0 done=4 reserved=none phase=Completed
 queue q: cpu used 0 of 8
 ok
-
-job name=k queue=q min=1 tasks=2 cpu=1
-----
-ok
-
-cycle n=4
-----
-ok
 `, run)
+	w.begin(t, "job name=k queue=q min=1 tasks=2 cpu=1", "cycle n=4")
 	// A steady job is taken from its mark without a look-up while no job
 	// of its UID changed; its PodGroup deleted, its quota goes back.
 	kuid := w.jobs["k"].job.UID
@@ -721,157 +709,13 @@ ok
 	if km.cycle != w.r.s.stats.cycles.Load() {
 		t.Fatalf("job k not steady after four cycles: %+v", km)
 	}
+	w.begin(t, "delete job=k", "cycle")
 	datadriven.RunTestFromString(t, `
-delete job=k
-----
-ok
-
-cycle
-----
-ok
-
 state
 ----
 job g: bound=0 pending=0 done=4 reserved=none phase=Completed
 job k: bound=0 pending=0 done=2 reserved=none phase=Running
 queue q: cpu used 0 of 8
-ok
-`, run)
-}
-
-// A job admitted here whose gang is short of pods again after it was found
-// steady (two of its three pods deleted before any was bound) is looked at
-// every cycle from then on, although nothing more changes: the answer of
-// podsLate changes with the clock alone, and its quota goes back once it
-// has waited InqueueTimeout (3 minutes by default) for its pods.
-func TestSteadyJobShortOfPodsIsNotSkipped(t *testing.T) {
-	w := newWorld(t)
-	run := func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) }
-	datadriven.RunTestFromString(t, `
-queue name=q cpu=8
-----
-ok
-
-node name=n1 cpu=2
-----
-ok
-
-job name=h queue=q min=3 tasks=3 cpu=1
-----
-ok
-
-cycle n=3
-----
-ok
-
-state
-----
-job h: bound=0 pending=3 done=0 reserved=cpu=3 (Tentative) phase=Inqueue
-queue q: cpu used 0 of 8
-ok
-`, run)
-	for _, uid := range w.jobs["h"].tasks[:2] {
-		w.r.c.DeleteTask(uid)
-		w.done[uid] = true
-	}
-	datadriven.RunTestFromString(t, `
-cycle n=2
-----
-ok
-
-advance d=3m
-----
-ok
-
-cycle
-----
-ok
-
-state
-----
-job h: bound=0 pending=1 done=2 reserved=none phase=Pending/PodsNotCreated
-queue q: cpu used 0 of 8
-ok
-`, run)
-}
-
-// A gang waiting for its pods is counted once per cycle while it waits,
-// and not again while its tasks do not change (Scheduler.unsized); pods
-// that come, or a PodGroup whose minMember drops, get it admitted in the
-// next cycle, and so do pods that came while this shard did not hold its
-// queue (no cycle asked about it then, so what was found before that is
-// not trusted).
-func TestUnsizedGangIsAdmittedOnceItCanBe(t *testing.T) {
-	w := newWorld(t)
-	run := func(t *testing.T, d *datadriven.TestData) string { return w.run(t, d) }
-	datadriven.RunTestFromString(t, `
-queue name=q cpu=8
-----
-ok
-
-node name=n1 cpu=8
-----
-ok
-
-job name=a queue=q min=3 tasks=1 cpu=1
-----
-ok
-
-job name=b queue=q min=3 tasks=1 cpu=1
-----
-ok
-
-job name=c queue=q min=3 tasks=1 cpu=1
-----
-ok
-
-cycle n=3
-----
-ok
-
-tasks job=a n=2
-----
-ok
-
-edit job=b min=1
-----
-ok
-
-cycle n=2
-----
-ok
-
-state
-----
-job a: bound=3 pending=0 done=0 reserved=cpu=3 (Confirmed) phase=Running
-job b: bound=1 pending=0 done=0 reserved=cpu=1 (Confirmed) phase=Running
-job c: bound=0 pending=1 done=0 reserved=none phase=-
-queue q: cpu used 4 of 8
-queue root: cpu used 4 of unlimited
-ok
-`, run)
-	if j, ok := w.r.s.snap.JobByUID(w.jobs["c"].job.UID); !ok || w.r.s.unsized[j] != w.r.s.stats.cycles.Load() {
-		t.Fatal("the gang waiting for its pods is not noted as unsized in the last cycle")
-	}
-	w.r.own.mu.Lock()
-	w.r.own.notHeld[wire.QueueKey("q")] = true
-	w.r.own.mu.Unlock()
-	datadriven.RunTestFromString(t, "tasks job=c n=2\n----\nok\n\ncycle\n----\nok\n", run)
-	w.r.own.mu.Lock()
-	delete(w.r.own.notHeld, wire.QueueKey("q"))
-	w.r.own.mu.Unlock()
-	datadriven.RunTestFromString(t, `
-cycle n=2
-----
-ok
-
-state
-----
-job a: bound=3 pending=0 done=0 reserved=cpu=3 (Confirmed) phase=Running
-job b: bound=1 pending=0 done=0 reserved=cpu=1 (Confirmed) phase=Running
-job c: bound=3 pending=0 done=0 reserved=cpu=3 (Confirmed) phase=Running
-queue q: cpu used 7 of 8
-queue root: cpu used 7 of unlimited
 ok
 `, run)
 }
