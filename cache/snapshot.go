@@ -302,7 +302,7 @@ func (s *Snapshot) updateJobs(c *Cache) {
 	// only those are looked at, each put into or taken out of the sorted
 	// list where it belongs; otherwise every job is compared, and the list
 	// sorted again if jobs came or went.
-	if changes, ok := c.jobLog.since(s.jobsGen); ok && s.jobsGen >= 0 {
+	if changes, ok := c.jobLog.since(s.jobsGen); ok { // a new snapshot's -1 is before any log
 		if len(changes) <= max(len(s.jobList)/8, 64) {
 			for _, ch := range changes {
 				s.refreshJob(c, ch.key)
