@@ -120,6 +120,10 @@ func sortedSpecs(specs []QueueSpec) []QueueSpec {
 type Tree struct {
 	queues   map[string]QueueSpec
 	children map[string][]string
+	// paths holds each queue's path to the root, leaf first, worked out
+	// once when the tree is built (the coordinator asks for a path at every
+	// reservation); Path hands them out read-only.
+	paths map[string][]string
 	// leftOut holds, per declared queue that is not in the tree, why.
 	leftOut map[string]error
 }
@@ -266,6 +270,10 @@ func BuildTreeExcluding(specs []QueueSpec, invalid map[string]error) (*Tree, map
 	}
 	for p := range t.children {
 		sort.Strings(t.children[p])
+	}
+	t.paths = make(map[string][]string, len(t.queues))
+	for name := range t.queues {
+		t.paths[name] = t.walkPath(name)
 	}
 	return t, left
 }
@@ -505,16 +513,28 @@ func (t *Tree) unknown(name string) error {
 	return fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 }
 
-// Path returns the queue and its ancestors, leaf first and root last.
+// Path returns the queue and its ancestors, leaf first and root last. The
+// slice is the tree's own: callers read it and never write into it.
 func (t *Tree) Path(name string) ([]string, error) {
-	if _, ok := t.queues[name]; !ok {
+	p, ok := t.paths[name]
+	if !ok {
 		return nil, t.unknown(name)
 	}
-	var out []string
+	return p, nil
+}
+
+// walkPath is name's path to the root, leaf first, its capacity its length
+// (an append to what Path returns copies it).
+func (t *Tree) walkPath(name string) []string {
+	n := 1
+	for cur := name; cur != RootQueue; cur = t.queues[cur].Parent {
+		n++
+	}
+	out := make([]string, 0, n)
 	for cur := name; ; cur = t.queues[cur].Parent {
 		out = append(out, cur)
 		if cur == RootQueue {
-			return out, nil
+			return out
 		}
 	}
 }

@@ -97,6 +97,32 @@ func TestBuildTreeOrderIndependent(t *testing.T) {
 	}
 }
 
+// Path hands out the tree's own slices, worked out when it is built: every
+// queue's is the walk up its parents, and two callers appending to the
+// same path each get a copy (no spare capacity shared between them).
+func TestTreePathsAreWorkedOutOnceAndShareNothingOnAppend(t *testing.T) {
+	tr := mustTree(t, []QueueSpec{q("top", ""), q("mid", "top"), q("leaf", "mid"), q("other", "top")})
+	a := append(mustPath(t, tr, "mid"), "a")
+	b := append(mustPath(t, tr, "mid"), "b")
+	if a[len(a)-1] != "a" || b[len(b)-1] != "b" {
+		t.Errorf("appends to Path(mid) share storage: %v and %v", a, b)
+	}
+	for _, n := range tr.Names() {
+		want := []string{n}
+		for cur := n; cur != RootQueue; {
+			spec, _ := tr.Get(cur)
+			cur = spec.Parent
+			want = append(want, cur)
+		}
+		if got := mustPath(t, tr, n); !reflect.DeepEqual(got, want) {
+			t.Errorf("Path(%q) = %v, want %v", n, got, want)
+		}
+	}
+	if _, err := tr.Path("nowhere"); err == nil {
+		t.Error("Path of an unknown queue: no error")
+	}
+}
+
 func mustPath(t *testing.T, tr *Tree, name string) []string {
 	t.Helper()
 	p, err := tr.Path(name)

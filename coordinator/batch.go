@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The client's batching: concurrent Reserve, Confirm, Release and Resize
@@ -37,10 +38,12 @@ func (c *Client) batched(ctx context.Context, item batchItem, path string, body 
 	if c.queue == nil {
 		return c.do(ctx, http.MethodPost, path, body)
 	}
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, carrier)
-	if len(carrier) > 0 {
-		item.Trace = carrier
+	if trace.SpanContextFromContext(ctx).IsValid() { // nothing to carry otherwise
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, carrier)
+		if len(carrier) > 0 {
+			item.Trace = carrier
+		}
 	}
 	q := &queued{ctx: ctx, item: item, path: path, body: body, done: make(chan batchResult, 1)}
 	select {
@@ -217,7 +220,7 @@ func (c *Client) postBatchAs(addr string, items []batchItem, asCBOR bool) ([]rep
 		return nil, errNoCBOR
 	}
 	var br batchReply
-	if err := decodeBody(io.LimitReader(resp.Body, 64*maxBody), &br, isCBOR(resp.Header)); err != nil {
+	if err := decodeBody(io.LimitReader(resp.Body, 64*maxBody), resp.ContentLength, &br, isCBOR(resp.Header)); err != nil {
 		return nil, err
 	}
 	if br.Error != nil {

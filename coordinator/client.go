@@ -82,6 +82,9 @@ type Client struct {
 	cfg ClientConfig
 	cli *clientv3.Client
 	hc  *http.Client
+	// tracer makes the shard-side spans; nil when cfg.Tracer is the no-op
+	// provider (tracing off).
+	tracer trace.Tracer
 
 	queue  chan *queued // batched calls waiting for the dispatcher
 	closed chan struct{}
@@ -110,6 +113,9 @@ func NewClient(cli *clientv3.Client, cfg ClientConfig) (*Client, error) {
 	}
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
 	c := &Client{cfg: cfg, cli: cli, hc: &http.Client{Transport: tr}, closed: make(chan struct{})}
+	if _, off := cfg.Tracer.(noop.TracerProvider); !off {
+		c.tracer = cfg.Tracer.Tracer("shardsched/coordinator")
+	}
 	if cfg.Batch {
 		c.queue = make(chan *queued, 4*cfg.MaxBatch)
 		c.wg.Add(1)
@@ -142,9 +148,12 @@ func (c *Client) Reserve(ctx context.Context, job JobRef, queue string, amount a
 // Nominated reservation (Result.Victims say who gives quota back) instead
 // of a *QuotaError; asking again promotes it once the victims are gone.
 func (c *Client) ReserveWith(ctx context.Context, job JobRef, queue string, amount api.Resource, terms *Terms) (Result, error) {
-	ctx, span := c.cfg.Tracer.Tracer("shardsched/coordinator").Start(ctx, "coordinator.reserve",
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("job", job.Namespace+"/"+job.Name), attribute.String("queue", queue), attribute.String("shard", c.cfg.Shard)))
+	span := noSpan()
+	if c.tracer != nil {
+		ctx, span = c.tracer.Start(ctx, "coordinator.reserve",
+			trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("job", job.Namespace+"/"+job.Name), attribute.String("queue", queue), attribute.String("shard", c.cfg.Shard)))
+	}
 	defer span.End()
 	lease := c.cfg.Lease
 	if c.cfg.LeaseFunc != nil {
@@ -180,9 +189,12 @@ func (c *Client) ReserveInOrder(ctx context.Context, reqs []InOrder, stop bool) 
 		}
 		return out
 	}
-	ctx, span := c.cfg.Tracer.Tracer("shardsched/coordinator").Start(ctx, "coordinator.reserve_in_order",
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("queue", reqs[0].Queue), attribute.Int("jobs", len(reqs)), attribute.String("shard", c.cfg.Shard)))
+	span := noSpan()
+	if c.tracer != nil {
+		ctx, span = c.tracer.Start(ctx, "coordinator.reserve_in_order",
+			trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("queue", reqs[0].Queue), attribute.Int("jobs", len(reqs)), attribute.String("shard", c.cfg.Shard)))
+	}
 	defer span.End()
 	lease := c.cfg.Lease
 	if c.cfg.LeaseFunc != nil {

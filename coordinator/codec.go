@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -48,16 +49,23 @@ func marshalBody(v any, asCBOR bool) ([]byte, error) {
 	return json.Marshal(v)
 }
 
-// decodeBody decodes r into v as CBOR or JSON.
-func decodeBody(r io.Reader, v any, asCBOR bool) error {
+// decodeBody decodes r into v as CBOR or JSON; size is the body's length
+// when known (its Content-Length), otherwise 0 or less.
+func decodeBody(r io.Reader, size int64, v any, asCBOR bool) error {
 	if !asCBOR {
 		return json.NewDecoder(r).Decode(v)
 	}
-	b, err := io.ReadAll(r)
-	if err != nil {
+	// Read in one buffer sized by the body's Content-Length when it gives
+	// one (a batch is tens of KiB: growing from nothing copies it several
+	// times); a length beyond maxBody is not trusted for the size.
+	var buf bytes.Buffer
+	if size > 0 {
+		buf.Grow(int(min(size, maxBody)) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(r); err != nil {
 		return err
 	}
-	if err := cbor.Unmarshal(b, v); err != nil {
+	if err := cbor.Unmarshal(buf.Bytes(), v); err != nil {
 		return fmt.Errorf("cbor: %w", err)
 	}
 	return nil

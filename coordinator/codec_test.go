@@ -239,7 +239,7 @@ func TestBatchCBORCarriesWhatJSONCarries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := decodeBody(bytes.NewReader(b), c.into.Interface(), c.asCBOR); err != nil {
+			if err := decodeBody(bytes.NewReader(b), int64(len(b)), c.into.Interface(), c.asCBOR); err != nil {
 				t.Fatalf("CBOR %v: %v", c.asCBOR, err)
 			}
 		}

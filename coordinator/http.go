@@ -169,7 +169,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	// decode reads a body in what its Content-Type says (codec.go).
 	decode := func(w http.ResponseWriter, r *http.Request, v any) bool {
-		if err := decodeBody(http.MaxBytesReader(w, r.Body, maxBody), v, isCBOR(r.Header)); err != nil {
+		if err := decodeBody(http.MaxBytesReader(w, r.Body, maxBody), r.ContentLength, v, isCBOR(r.Header)); err != nil {
 			s.writeReply(w, r.Context(), result{err: &wrapped{ErrInvalid, "invalid request body: " + err.Error()}})
 			return false
 		}
@@ -294,10 +294,21 @@ func (s *Server) batch(ctx context.Context, items []batchItem) (batchReply, erro
 // span starts the leader-side span of one request, as a child of the
 // caller's span when the request carried trace context.
 func (s *Server) span(ctx context.Context, kind opKind, uid, queue string) (context.Context, trace.Span) {
-	return s.cfg.Tracer.Tracer("shardsched/coordinator").Start(ctx, "coordinator."+kind.String()+".leader",
+	if s.tracer == nil {
+		// Tracing off: a span that records nothing, and not the caller's
+		// (ending it must not end theirs).
+		return ctx, noSpan()
+	}
+	return s.tracer.Start(ctx, "coordinator."+kind.String()+".leader",
 		trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("job.uid", uid), attribute.String("queue", queue), attribute.String("coordinator", s.cfg.Name)))
 }
+
+// noSpan is a span that records nothing and is nobody's: what a call gets
+// when tracing is off (the Tracer is the no-op provider), so that it builds
+// no span attributes. Ending it ends nothing; the caller's span, if any,
+// stays in the context and still travels to the leader.
+func noSpan() trace.Span { return trace.SpanFromContext(context.Background()) }
 
 func endSpan(span trace.Span, err error) {
 	if err != nil {

@@ -242,6 +242,9 @@ type Server struct {
 	hs  *http.Server
 
 	stats serverStats
+	// tracer makes the leader-side spans; nil when cfg.Tracer is the no-op
+	// provider (tracing off), so a call builds no span attributes.
+	tracer trace.Tracer
 
 	mu    sync.Mutex // guards the fields below
 	calls chan *call // the current term's request channel; nil when not leading
@@ -274,6 +277,9 @@ func NewServer(cli *clientv3.Client, cfg Config) (*Server, error) {
 		cfg.Tracer = noop.NewTracerProvider()
 	}
 	s := &Server{cfg: cfg, cli: cli, log: cfg.Logger.With("component", "coordinator", "name", cfg.Name), ln: ln}
+	if _, off := cfg.Tracer.(noop.TracerProvider); !off {
+		s.tracer = cfg.Tracer.Tracer("shardsched/coordinator")
+	}
 	s.hs = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
 }

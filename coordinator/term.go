@@ -380,9 +380,10 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 	dead := map[int64]bool{}
 	for attempt := 1; ; attempt++ {
 		t.group++
-		var ps []pending
-		var ops []clientv3.Op
-		var puts []string // uids written, to record their revision
+		// Most calls write one key: sized for that, these grow once at most.
+		ps := make([]pending, 0, len(batch))
+		ops := make([]clientv3.Op, 0, len(batch))
+		puts := make([]string, 0, len(batch)) // uids written, to record their revision
 		a0 := time.Now()
 		for i, c := range batch {
 			if l := t.writeLease(c); l != 0 && dead[l] {

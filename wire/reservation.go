@@ -56,8 +56,11 @@ type InOrder struct {
 // coordinator's chains (InOrder) and the scheduler's admission both go on
 // by this rule.
 func HoldsUpQueue(err error) bool {
+	if err == nil {
+		return false // before qe, which errors.As moves to the heap
+	}
 	var qe *QuotaError
-	return err != nil && !(errors.As(err, &qe) && qe.NeverFits())
+	return !(errors.As(err, &qe) && qe.NeverFits())
 }
 
 // NeverFits reports whether the refused amount is above the capability of

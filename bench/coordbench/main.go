@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -48,6 +49,7 @@ type options struct {
 	groupOps   int
 	ceiling    bool
 	cpuprofile string
+	memprofile string
 	// jsonBatches: the coordinator's runs with its clients' batches in
 	// JSON, CBOR, or both (each run as its own row).
 	jsonBatches []bool
@@ -77,6 +79,7 @@ func main() {
 	flag.BoolVar(&o.ceiling, "etcd-ceiling", false, "also measure etcd alone: Txns of -max-group-ops reservation-sized puts under a lease, guarded like the leader's, with 1, 2, 4 and 8 in flight (the most any layout of one key per reservation can reach, pipelined or not)")
 	codecs := flag.String("codecs", "cbor", "comma-separated wire formats of the clients' batches to the leader, each its own coordinator run: cbor (what a client sends to a leader that reads it), json (ClientConfig.JSONBatches)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the coordinator's runs (not the naive baseline's) to this file; with several configurations, one file each, named <file>.<clients>x<inflight>, and with several -codecs .<codec>.<run> after it")
+	flag.StringVar(&o.memprofile, "memprofile", "", "write the allocations profile (pprof's alloc_space and alloc_objects) at the end of each coordinator run to this file, named as -cpuprofile's; it counts every allocation of the process up to that point, the runs before included")
 	flag.Parse()
 	var err error
 	if o.clients, err = parseInts("clients", *clients); err == nil {
@@ -194,12 +197,23 @@ func run(o options) error {
 				if err != nil {
 					return err
 				}
-				s, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, jsonBatches, func() { st = srv.Stats(); stopProfile() })
+				var m0, m1 runtime.MemStats
+				runtime.ReadMemStats(&m0)
+				s, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, jsonBatches, func() {
+					st = srv.Stats()
+					runtime.ReadMemStats(&m1)
+					stopProfile()
+				})
 				stopProfile()
 				if err != nil {
 					return err
 				}
 				ours = append(ours, s)
+				if s.ops > 0 {
+					// The whole process's: leader, etcd and the clients.
+					fmt.Fprintf(os.Stderr, "%s, %d×%d: %.1f KiB and %.0f allocations per reservation (the whole process: leader, etcd, clients), %d GC cycles\n",
+						s.system, n, inf, float64(m1.TotalAlloc-m0.TotalAlloc)/1024/float64(s.ops), float64(m1.Mallocs-m0.Mallocs)/float64(s.ops), m1.NumGC-m0.NumGC)
+				}
 				if g := st.Groups - before.Groups; g > 0 && os.Getenv("COORDBENCH_DEBUG") != "" {
 					fmt.Fprintf(os.Stderr, "%s: %d groups, %.1f calls/group, commit %.2f ms/group, apply %.2f ms/group, over %s\n", s.system, g,
 						float64(st.Calls-before.Calls)/float64(g), float64((st.CommitTime-before.CommitTime).Microseconds())/1e3/float64(g),
@@ -236,26 +250,45 @@ func codecName(jsonBatches bool) string {
 
 // startProfile starts the CPU profile of one coordinator run, when asked
 // for, in -cpuprofile's file with suffix; the function it returns stops it
-// (at most once).
+// and writes -memprofile's (at most once).
 func startProfile(o options, suffix string) (stop func(), err error) {
-	if o.cpuprofile == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(o.cpuprofile + suffix)
-	if err != nil {
-		return nil, fmt.Errorf("-cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	var f *os.File
+	if o.cpuprofile != "" {
+		if f, err = os.Create(o.cpuprofile + suffix); err != nil {
+			return nil, fmt.Errorf("-cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("-cpuprofile: %w", err)
+		}
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
+			if f != nil {
+				pprof.StopCPUProfile()
+				_ = f.Close()
+			}
+			if o.memprofile != "" {
+				if err := writeAllocs(o.memprofile + suffix); err != nil {
+					fmt.Fprintln(os.Stderr, "coordbench: -memprofile:", err)
+				}
+			}
 		})
 	}, nil
+}
+
+// writeAllocs writes the process's allocations profile to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // etcdCeiling measures the write rate of the run's etcd alone: each Txn
