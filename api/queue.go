@@ -524,7 +524,8 @@ func (t *Tree) Path(name string) ([]string, error) {
 }
 
 // walkPath is name's path to the root, leaf first, its capacity its length
-// (an append to what Path returns copies it).
+// (an append to the whole of what Path returns copies it; an append to a
+// shorter re-slice of it would write into the tree's, which no caller does).
 func (t *Tree) walkPath(name string) []string {
 	n := 1
 	for cur := name; cur != RootQueue; cur = t.queues[cur].Parent {

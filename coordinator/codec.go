@@ -49,6 +49,10 @@ func marshalBody(v any, asCBOR bool) ([]byte, error) {
 	return json.Marshal(v)
 }
 
+// presizeMax bounds the buffer decodeBody sets aside from a body's
+// Content-Length before reading it.
+const presizeMax = 256 << 10
+
 // decodeBody decodes r into v as CBOR or JSON; size is the body's length
 // when known (its Content-Length), otherwise 0 or less.
 func decodeBody(r io.Reader, size int64, v any, asCBOR bool) error {
@@ -57,10 +61,11 @@ func decodeBody(r io.Reader, size int64, v any, asCBOR bool) error {
 	}
 	// Read in one buffer sized by the body's Content-Length when it gives
 	// one (a batch is tens of KiB: growing from nothing copies it several
-	// times); a length beyond maxBody is not trusted for the size.
+	// times). Only up to presizeMax: a peer that announces a large body and
+	// sends it slowly must not hold that much memory before it arrives.
 	var buf bytes.Buffer
 	if size > 0 {
-		buf.Grow(int(min(size, maxBody)) + bytes.MinRead)
+		buf.Grow(int(min(size, presizeMax)) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(r); err != nil {
 		return err

@@ -380,7 +380,7 @@ func (t *term) commit(ctx context.Context, batch []*call) error {
 	dead := map[int64]bool{}
 	for attempt := 1; ; attempt++ {
 		t.group++
-		// Most calls write one key: sized for that, these grow once at most.
+		// Sized for one key written per call, as most calls write.
 		ps := make([]pending, 0, len(batch))
 		ops := make([]clientv3.Op, 0, len(batch))
 		puts := make([]string, 0, len(batch)) // uids written, to record their revision

@@ -198,8 +198,7 @@ func run(o options) error {
 					return err
 				}
 				var m0, m1 runtime.MemStats
-				runtime.ReadMemStats(&m0)
-				s, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, jsonBatches, func() {
+				s, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, jsonBatches, func() { runtime.ReadMemStats(&m0) }, func() {
 					st = srv.Stats()
 					runtime.ReadMemStats(&m1)
 					stopProfile()
@@ -210,7 +209,10 @@ func run(o options) error {
 				}
 				ours = append(ours, s)
 				if s.ops > 0 {
-					// The whole process's: leader, etcd and the clients.
+					// The whole process's over the clients' run (their set-up
+					// not counted): leader, etcd and the clients, and with
+					// several runs the leader's expiry of the runs before's
+					// tentative reservations, which goes on in the background.
 					fmt.Fprintf(os.Stderr, "%s, %d×%d: %.1f KiB and %.0f allocations per reservation (the whole process: leader, etcd, clients), %d GC cycles\n",
 						s.system, n, inf, float64(m1.TotalAlloc-m0.TotalAlloc)/1024/float64(s.ops), float64(m1.Mallocs-m0.Mallocs)/float64(s.ops), m1.NumGC-m0.NumGC)
 				}
@@ -280,6 +282,7 @@ func startProfile(o options, suffix string) (stop func(), err error) {
 
 // writeAllocs writes the process's allocations profile to path.
 func writeAllocs(path string) error {
+	runtime.GC() // the profile shows the allocations as of the last GC cycle
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -386,7 +389,7 @@ func drive(n, inflight int, d time.Duration, op func(client, worker, i int, stop
 }
 
 func runCoordinator(ctx context.Context, newCli func() (*clientv3.Client, error), cfg coordinator.Config,
-	specs []api.QueueSpec, leaves []string, n, inflight int, d time.Duration, round int, jsonBatches bool, stopped func()) (stats, error) {
+	specs []api.QueueSpec, leaves []string, n, inflight int, d time.Duration, round int, jsonBatches bool, started, stopped func()) (stats, error) {
 	var clients []*coordinator.Client
 	var cleanup []func()
 	defer func() {
@@ -418,6 +421,7 @@ func runCoordinator(ctx context.Context, newCli func() (*clientv3.Client, error)
 		return stats{}, err
 	}
 	amount := api.NewResource(1000, 1<<30, nil)
+	started()
 	s, err := drive(n, inflight, d, func(c, w, i int, _ time.Time) (int, error) {
 		uid := fmt.Sprintf("r%d-c%d-w%d-%d", round, c, w, i)
 		_, err := clients[c].Reserve(ctx, coordinator.JobRef{Namespace: "bench", Name: uid, UID: uid}, leaves[(c+w+i)%len(leaves)], amount)
