@@ -94,12 +94,36 @@ func TestTraceCrossesShardToCoordinator(t *testing.T) {
 		}
 		c.Close()
 	}
+	// A client with tracing off (no Tracer: the no-op provider) starts no
+	// span of its own, but its caller's span still reaches the leader,
+	// which makes its span that span's child, for both paths.
+	for _, batch := range []bool{true, false} {
+		sh := ev.newShard("untraced", 5)
+		cc := DefaultClientConfig()
+		cc.Prefix, cc.Shard, cc.Lease, cc.Batch = ev.cfg.Prefix, "untraced", sh.session.Lease(), batch
+		c, err := NewClient(sh.cli, cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uid := "untraced-single"
+		if batch {
+			uid = "untraced-batch"
+		}
+		cctx, caller := shardTP.Tracer("test").Start(ctx, "caller")
+		if _, err := c.Reserve(cctx, JobRef{Namespace: "ns", Name: uid, UID: uid}, api.DefaultQueue, res(1000, gi)); err != nil {
+			t.Fatal(err)
+		}
+		caller.End()
+		c.Close()
+	}
 	_ = leaderTP.ForceFlush(ctx)
 	_ = shardTP.ForceFlush(ctx)
+	callers := rcv.byName("caller")
 	clients, leaders := rcv.byName("coordinator.reserve"), rcv.byName("coordinator.reserve.leader")
-	if len(clients) != 2 || len(leaders) != 2 {
-		t.Fatalf("received %d shard spans and %d leader spans, want 2 and 2", len(clients), len(leaders))
+	if len(clients) != 2 || len(leaders) != 4 || len(callers) != 2 {
+		t.Fatalf("received %d shard spans, %d leader spans and %d callers' spans, want 2, 4 and 2", len(clients), len(leaders), len(callers))
 	}
+	clients = append(clients, callers...)
 	for _, c := range clients {
 		found := false
 		for _, l := range leaders {
