@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
@@ -77,44 +78,33 @@ func TestTraceCrossesShardToCoordinator(t *testing.T) {
 	ev.cfg.Tracer = leaderTP
 	ev.add()
 	ev.leader(10 * time.Second)
-	for _, batch := range []bool{true, false} {
-		sh := ev.newShard("traced", 5)
-		cc := DefaultClientConfig()
-		cc.Prefix, cc.Shard, cc.Lease, cc.Tracer, cc.Batch = ev.cfg.Prefix, "traced", sh.session.Lease(), shardTP, batch
-		c, err := NewClient(sh.cli, cc)
-		if err != nil {
-			t.Fatal(err)
+	// A traced client's span is the leader's parent. A client with tracing
+	// off (no Tracer: the no-op provider) starts no span of its own, but its
+	// caller's span still reaches the leader, which makes its span that
+	// span's child. Both for the batched and the single-request paths.
+	for _, traced := range []bool{true, false} {
+		for _, batch := range []bool{true, false} {
+			name := map[bool]string{true: "traced", false: "untraced"}[traced]
+			sh := ev.newShard(name, 5)
+			cc := DefaultClientConfig()
+			cc.Prefix, cc.Shard, cc.Lease, cc.Batch = ev.cfg.Prefix, name, sh.session.Lease(), batch
+			rctx, caller := ctx, trace.SpanFromContext(ctx)
+			if traced {
+				cc.Tracer = shardTP
+			} else {
+				rctx, caller = shardTP.Tracer("test").Start(ctx, "caller")
+			}
+			c, err := NewClient(sh.cli, cc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			uid := name + map[bool]string{true: "-batch", false: "-single"}[batch]
+			if _, err := c.Reserve(rctx, JobRef{Namespace: "ns", Name: uid, UID: uid}, api.DefaultQueue, res(1000, gi)); err != nil {
+				t.Fatal(err)
+			}
+			caller.End()
+			c.Close()
 		}
-		uid := "traced-single"
-		if batch {
-			uid = "traced-batch"
-		}
-		if _, err := c.Reserve(ctx, JobRef{Namespace: "ns", Name: uid, UID: uid}, api.DefaultQueue, res(1000, gi)); err != nil {
-			t.Fatal(err)
-		}
-		c.Close()
-	}
-	// A client with tracing off (no Tracer: the no-op provider) starts no
-	// span of its own, but its caller's span still reaches the leader,
-	// which makes its span that span's child, for both paths.
-	for _, batch := range []bool{true, false} {
-		sh := ev.newShard("untraced", 5)
-		cc := DefaultClientConfig()
-		cc.Prefix, cc.Shard, cc.Lease, cc.Batch = ev.cfg.Prefix, "untraced", sh.session.Lease(), batch
-		c, err := NewClient(sh.cli, cc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		uid := "untraced-single"
-		if batch {
-			uid = "untraced-batch"
-		}
-		cctx, caller := shardTP.Tracer("test").Start(ctx, "caller")
-		if _, err := c.Reserve(cctx, JobRef{Namespace: "ns", Name: uid, UID: uid}, api.DefaultQueue, res(1000, gi)); err != nil {
-			t.Fatal(err)
-		}
-		caller.End()
-		c.Close()
 	}
 	_ = leaderTP.ForceFlush(ctx)
 	_ = shardTP.ForceFlush(ctx)
