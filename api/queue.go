@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -523,19 +524,15 @@ func (t *Tree) Path(name string) ([]string, error) {
 	return p, nil
 }
 
-// walkPath is name's path to the root, leaf first, its capacity its length
+// walkPath is name's path to the root, leaf first, clipped to its length
 // (an append to the whole of what Path returns copies it; an append to a
 // shorter re-slice of it would write into the tree's, which no caller does).
 func (t *Tree) walkPath(name string) []string {
-	n := 1
-	for cur := name; cur != RootQueue; cur = t.queues[cur].Parent {
-		n++
-	}
-	out := make([]string, 0, n)
+	var out []string
 	for cur := name; ; cur = t.queues[cur].Parent {
 		out = append(out, cur)
 		if cur == RootQueue {
-			return out
+			return slices.Clip(out)
 		}
 	}
 }

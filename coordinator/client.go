@@ -113,9 +113,7 @@ func NewClient(cli *clientv3.Client, cfg ClientConfig) (*Client, error) {
 	}
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
 	c := &Client{cfg: cfg, cli: cli, hc: &http.Client{Transport: tr}, closed: make(chan struct{})}
-	if _, off := cfg.Tracer.(noop.TracerProvider); !off {
-		c.tracer = cfg.Tracer.Tracer("shardsched/coordinator")
-	}
+	c.tracer = tracerOf(cfg.Tracer)
 	if cfg.Batch {
 		c.queue = make(chan *queued, 4*cfg.MaxBatch)
 		c.wg.Add(1)

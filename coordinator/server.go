@@ -277,11 +277,19 @@ func NewServer(cli *clientv3.Client, cfg Config) (*Server, error) {
 		cfg.Tracer = noop.NewTracerProvider()
 	}
 	s := &Server{cfg: cfg, cli: cli, log: cfg.Logger.With("component", "coordinator", "name", cfg.Name), ln: ln}
-	if _, off := cfg.Tracer.(noop.TracerProvider); !off {
-		s.tracer = cfg.Tracer.Tracer("shardsched/coordinator")
-	}
+	s.tracer = tracerOf(cfg.Tracer)
 	s.hs = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
+}
+
+// tracerOf is the coordinator's tracer from tp, or nil when tp is the no-op
+// provider (tracing off): callers then start no span and build no span
+// attributes (noSpan).
+func tracerOf(tp trace.TracerProvider) trace.Tracer {
+	if _, off := tp.(noop.TracerProvider); off {
+		return nil
+	}
+	return tp.Tracer("shardsched/coordinator")
 }
 
 // Addr is the advertised address.
