@@ -384,7 +384,11 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	if err := cluster.CreateNodes(ctx, cs, o.shape.nodes("bench-node", o.nodes), 5*time.Minute); err != nil {
+	nodes, err := o.shape.nodes("bench-node", o.nodes)
+	if err != nil {
+		return err
+	}
+	if err := cluster.CreateNodes(ctx, cs, nodes, 5*time.Minute); err != nil {
 		return err
 	}
 	if o.workload != nil {

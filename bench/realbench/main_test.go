@@ -34,7 +34,11 @@ func TestFaultScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.CreateNodes(ctx, cs, uniformShape().nodes("faults-node", 20), 2*time.Minute); err != nil {
+	nodes, err := uniformShape().nodes("faults-node", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.CreateNodes(ctx, cs, nodes, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	bin, cleanup, err := shardschedBinary(ctx, "")

@@ -60,27 +60,34 @@ func (s nodeShape) gpuNodes(n int) int {
 }
 
 // node returns the kwok node of index i, named prefix-i.
-func (s nodeShape) node(prefix string, i int) *corev1.Node {
+func (s nodeShape) node(prefix string, i int) (*corev1.Node, error) {
 	var labels map[string]string
 	if s.hasGPU(i) {
 		labels = map[string]string{"accelerator": "gpu"}
 	}
-	n := cluster.FakeNode(fmt.Sprintf("%s-%d", prefix, i), fmt.Sprint(s.cpu), fmt.Sprintf("%dGi", s.memoryGi), labels)
+	n, err := cluster.FakeNode(fmt.Sprintf("%s-%d", prefix, i), fmt.Sprint(s.cpu), fmt.Sprintf("%dGi", s.memoryGi), labels)
+	if err != nil {
+		return nil, err
+	}
 	if s.hasGPU(i) {
 		q := *resource.NewQuantity(s.gpus, resource.DecimalSI)
 		n.Status.Capacity[gpuResource] = q
 		n.Status.Allocatable[gpuResource] = q.DeepCopy()
 	}
-	return n
+	return n, nil
 }
 
 // nodes returns the n kwok nodes of the cluster.
-func (s nodeShape) nodes(prefix string, n int) []*corev1.Node {
+func (s nodeShape) nodes(prefix string, n int) ([]*corev1.Node, error) {
 	out := make([]*corev1.Node, n)
 	for i := range out {
-		out[i] = s.node(prefix, i)
+		node, err := s.node(prefix, i)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = node
 	}
-	return out
+	return out, nil
 }
 
 // String describes the shape for the report.

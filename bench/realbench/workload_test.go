@@ -328,7 +328,11 @@ func TestNodeShape(t *testing.T) {
 	s := nodeShape{cpu: 64, memoryGi: 256, gpus: 8, gpuEvery: 10}
 	for _, n := range []int{1, 9, 10, 11, 1000, 1001} {
 		want := 0
-		for i, node := range s.nodes("bench-node", n) {
+		nodes, err := s.nodes("bench-node", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, node := range nodes {
 			got, err := kube.NodeFromNode(node)
 			if err != nil {
 				t.Fatal(err)
@@ -357,7 +361,11 @@ func TestNodeShape(t *testing.T) {
 func TestRRPlacer(t *testing.T) {
 	s := nodeShape{cpu: 4, memoryGi: 16, gpus: 1, gpuEvery: 3}
 	var nodes []corev1.Node
-	for _, n := range s.nodes("n", 3) {
+	made, err := s.nodes("n", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range made {
 		nodes = append(nodes, *n)
 	}
 	p, err := newRRPlacer(nodes)

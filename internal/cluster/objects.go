@@ -109,7 +109,17 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, manifests [][]byte, time
 }
 
 // FakeNode returns a Node that kwok manages: Ready once kwok initializes it.
-func FakeNode(name string, cpu, memory string, labels map[string]string) *corev1.Node {
+// cpu and memory are quantities ("64", "256Gi"); one that does not parse,
+// or is negative, is an error naming it.
+func FakeNode(name string, cpu, memory string, labels map[string]string) (*corev1.Node, error) {
+	cpuQ, err := resource.ParseQuantity(cpu)
+	if err != nil || cpuQ.Sign() < 0 {
+		return nil, fmt.Errorf("node %s: cpu %q is not a quantity of zero or more", name, cpu)
+	}
+	memQ, err := resource.ParseQuantity(memory)
+	if err != nil || memQ.Sign() < 0 {
+		return nil, fmt.Errorf("node %s: memory %q is not a quantity of zero or more", name, memory)
+	}
 	l := map[string]string{
 		"kubernetes.io/hostname": name,
 		"kubernetes.io/os":       "linux",
@@ -120,9 +130,9 @@ func FakeNode(name string, cpu, memory string, labels map[string]string) *corev1
 		l[k] = v
 	}
 	alloc := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse(cpu),
-		corev1.ResourceMemory: resource.MustParse(memory),
-		corev1.ResourcePods:   resource.MustParse("256"),
+		corev1.ResourceCPU:    cpuQ,
+		corev1.ResourceMemory: memQ,
+		corev1.ResourcePods:   *resource.NewQuantity(256, resource.DecimalSI),
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -131,7 +141,7 @@ func FakeNode(name string, cpu, memory string, labels map[string]string) *corev1
 			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
 		},
 		Status: corev1.NodeStatus{Capacity: alloc, Allocatable: alloc.DeepCopy()},
-	}
+	}, nil
 }
 
 // CreateFakeNodes creates n kwok nodes named prefix-0 … prefix-(n-1) with 8
@@ -139,7 +149,11 @@ func FakeNode(name string, cpu, memory string, labels map[string]string) *corev1
 func CreateFakeNodes(ctx context.Context, cs kubernetes.Interface, prefix string, n int, cpu, memory string, timeout time.Duration) error {
 	nodes := make([]*corev1.Node, n)
 	for i := range nodes {
-		nodes[i] = FakeNode(fmt.Sprintf("%s-%d", prefix, i), cpu, memory, nil)
+		node, err := FakeNode(fmt.Sprintf("%s-%d", prefix, i), cpu, memory, nil)
+		if err != nil {
+			return err
+		}
+		nodes[i] = node
 	}
 	return CreateNodes(ctx, cs, nodes, timeout)
 }

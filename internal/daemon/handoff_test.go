@@ -234,7 +234,11 @@ func (ev *env) noForeignNodes(want []string) {
 func (ev *env) namedNodes(names []string, cpu, mem string) {
 	ev.t.Helper()
 	for _, name := range names {
-		if _, err := ev.cs.CoreV1().Nodes().Create(context.Background(), cluster.FakeNode(name, cpu, mem, nil), metav1.CreateOptions{}); err != nil {
+		node, err := cluster.FakeNode(name, cpu, mem, nil)
+		if err != nil {
+			ev.t.Fatal(err)
+		}
+		if _, err := ev.cs.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
 			ev.t.Fatal(err)
 		}
 		ev.t.Cleanup(func() {

@@ -42,7 +42,11 @@ func TestSmokeBindThroughRealAPIServer(t *testing.T) {
 		t.Errorf("server version %q, want %q", v.GitVersion, cluster.KubeVersion)
 	}
 
-	node, err := cs.CoreV1().Nodes().Create(ctx, cluster.FakeNode("smoke-node", "64", "256Gi", nil), metav1.CreateOptions{})
+	fake, err := cluster.FakeNode("smoke-node", "64", "256Gi", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := cs.CoreV1().Nodes().Create(ctx, fake, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create node: %v", err)
 	}
