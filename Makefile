@@ -11,7 +11,7 @@ VERSION  := 0.1.0
 RUN_ARGS ?=
 TEST_TIMEOUT ?= 30m
 
-.PHONY: run build image test vet controlplane bench-tools bench bench-full bench-scale generate verify-generated bench-coordinator clean
+.PHONY: run build image test vet controlplane bench-tools bench bench-full bench-scale generate verify-generated clean
 
 ## run: build, bring up the local cluster (etcd, kube-apiserver, controller-manager, kwok nodes, 3 shard processes, demo queues and jobs); Ctrl-C stops it
 run: controlplane

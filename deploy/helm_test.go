@@ -154,6 +154,31 @@ func TestHelmChartNodePools(t *testing.T) {
 	}
 }
 
+// extraArgs reach the shards' arguments as given, after the chart's own,
+// and the default renders none.
+func TestHelmChartExtraArgs(t *testing.T) {
+	objs, err := helmTemplate(t, namespace, "--set", "extraArgs={--bind-workers=256,--strategy=spread}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
+	args := sts.Spec.Template.Spec.Containers[0].Args
+	if n := len(args); n < 2 || args[n-2] != "--bind-workers=256" || args[n-1] != "--strategy=spread" {
+		t.Errorf("args end %q, want the extraArgs last", args[max(len(args)-2, 0):])
+	}
+	objs, err = helmTemplate(t, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts = one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
+	f := resolveArgs(t, objs, sts.Spec.Template.Spec.Containers[0])
+	for _, flag := range []string{"bind-workers", "strategy"} {
+		if v, ok := f[flag]; ok {
+			t.Errorf("--%s=%q rendered by default", flag, v)
+		}
+	}
+}
+
 func TestHelmChartExternalEtcd(t *testing.T) {
 	objs, err := helmTemplate(t, namespace, "-f", externalEtcdChart)
 	if err != nil {
@@ -205,6 +230,10 @@ func TestHelmChartExternalEtcd(t *testing.T) {
 		{[]string{"--set", "partitions=0"}, "partitions must be between"},
 		{[]string{"--set", "etcd.enabled=false"}, "externalEtcd.endpoints is required"},
 		{[]string{"-f", externalEtcdChart, "--set", "externalEtcd.tlsSecret="}, "externalEtcd.tlsSecret is required"},
+		{[]string{"--set", "extraArgs={--log-level=debug}"}, "--log-level is set by the chart"},
+		{[]string{"--set", "extraArgs={--insecure-coordinator=true}"}, "--insecure-coordinator is set by the chart"},
+		{[]string{"--set", "extraArgs={bind-workers=256}"}, `"bind-workers=256" is not --flag=value`},
+		{[]string{"--set", "extraArgs={--profiling}"}, `"--profiling" is not --flag=value`},
 	} {
 		_, err := helmTemplate(t, namespace, bad.args...)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
