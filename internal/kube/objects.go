@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/shardsched/shardsched/api"
@@ -48,10 +49,100 @@ func NodeFromNode(n *corev1.Node) (api.Node, error) {
 	return out, nil
 }
 
-// PodRequest is the pod's resource request as the scheduler counts it: the
-// sum of the containers, or the largest init container if larger, plus the
-// pod overhead, and one "pods".
+// PodRequest is the pod's resource request as kube-scheduler counts it
+// (k8s.io/component-helpers' PodRequests, which kube-scheduler uses): its
+// containers' requests summed, with its sidecars (init containers that
+// keep running, restartPolicy Always) among them, or what its largest init
+// container needs beside the sidecars started before it if that is more;
+// pod-level requests where the pod sets them; the pod overhead; and while
+// an in-place resize is under way, the larger of what the spec asks and
+// what the kubelet allocated or applied (only the latter two when the
+// kubelet found the resize infeasible). Plus one "pods". A malformed or
+// negative quantity is an error naming the container or field.
 func PodRequest(p *corev1.Pod) (api.Resource, error) {
+	if !needsPodRequests(p) {
+		return summedRequest(p)
+	}
+	check := func(what string, list corev1.ResourceList) error {
+		if len(list) == 0 {
+			return nil
+		}
+		if _, err := ResourceFromList(list); err != nil {
+			return fmt.Errorf("pod %s/%s %s: %w", p.Namespace, p.Name, what, err)
+		}
+		return nil
+	}
+	for _, c := range p.Spec.Containers {
+		if err := check("container "+c.Name, c.Resources.Requests); err != nil {
+			return api.Resource{}, err
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if err := check("init container "+c.Name, c.Resources.Requests); err != nil {
+			return api.Resource{}, err
+		}
+	}
+	if err := check("overhead", p.Spec.Overhead); err != nil {
+		return api.Resource{}, err
+	}
+	if p.Spec.Resources != nil {
+		if err := check("pod-level requests", p.Spec.Resources.Requests); err != nil {
+			return api.Resource{}, err
+		}
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+		for _, cs := range statuses {
+			if err := check("container "+cs.Name+" allocated resources", cs.AllocatedResources); err != nil {
+				return api.Resource{}, err
+			}
+			if cs.Resources != nil {
+				if err := check("container "+cs.Name+" applied requests", cs.Resources.Requests); err != nil {
+					return api.Resource{}, err
+				}
+			}
+		}
+	}
+	sum, err := ResourceFromList(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true}))
+	if err != nil {
+		return api.Resource{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return sum.With(api.Pods, 1), nil
+}
+
+// needsPodRequests reports whether p has anything that makes its request
+// other than its containers' summed (or its largest init container's) plus
+// overhead: a sidecar (or any restart policy on an init container), pod-level
+// requests, or container statuses or a resize condition, which the informers'
+// transform keeps only during an in-place resize (compactResize). Most pods
+// have none, and summing them directly costs a fifth of PodRequests.
+func needsPodRequests(p *corev1.Pod) bool {
+	if p.Spec.Resources != nil && len(p.Spec.Resources.Requests) > 0 {
+		return true
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil {
+			return true
+		}
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+		for _, cs := range statuses {
+			if cs.AllocatedResources != nil || (cs.Resources != nil && cs.Resources.Requests != nil) {
+				return true
+			}
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodResizePending {
+			return true
+		}
+	}
+	return false
+}
+
+// summedRequest is PodRequest of a pod without sidecars, pod-level
+// requests or resize statuses: the containers summed, or the largest init
+// container if larger, plus the overhead and one "pods".
+func summedRequest(p *corev1.Pod) (api.Resource, error) {
 	sum := api.Resource{}
 	for _, c := range p.Spec.Containers {
 		r, err := ResourceFromList(c.Resources.Requests)
@@ -75,7 +166,7 @@ func PodRequest(p *corev1.Pod) (api.Resource, error) {
 			return api.Resource{}, fmt.Errorf("pod %s/%s overhead: %w", p.Namespace, p.Name, err)
 		}
 		if sum, err = sum.Add(o); err != nil {
-			return api.Resource{}, err
+			return api.Resource{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
 	return sum.With(api.Pods, 1), nil

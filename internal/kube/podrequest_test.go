@@ -1,0 +1,159 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+func cpuList(cpu string) corev1.ResourceList {
+	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+}
+
+func container(name, cpu string) corev1.Container {
+	return corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Requests: cpuList(cpu)}}
+}
+
+func sidecar(name, cpu string) corev1.Container {
+	c := container(name, cpu)
+	always := corev1.ContainerRestartPolicyAlways
+	c.RestartPolicy = &always
+	return c
+}
+
+// resizeStatus is a container's status as the kubelet writes it during an
+// in-place resize: what it allocated and what it applied.
+func resizeStatus(name, allocated, applied string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, AllocatedResources: cpuList(allocated),
+		Resources: &corev1.ResourceRequirements{Requests: cpuList(applied)}}
+}
+
+// requestPods are pods whose request kube-scheduler counts otherwise than
+// by summing their containers: sidecars, init containers, pod-level
+// requests, overhead and in-place resizes, with the milli-CPU it counts.
+func requestPods() []struct {
+	name string
+	pod  corev1.Pod
+	want int64
+} {
+	pod := func(spec corev1.PodSpec, st corev1.PodStatus) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u"}, Spec: spec, Status: st}
+	}
+	infeasible := corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{resizeStatus("main", "2", "2"), resizeStatus("log", "1", "1")},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonInfeasible}}}
+	return []struct {
+		name string
+		pod  corev1.Pod
+		want int64
+	}{
+		{"containers summed", pod(corev1.PodSpec{Containers: []corev1.Container{container("a", "1"), container("b", "500m")}}, corev1.PodStatus{}), 1500},
+		{"an init container larger than the containers", pod(corev1.PodSpec{Containers: []corev1.Container{container("a", "1")},
+			InitContainers: []corev1.Container{container("init", "3")}}, corev1.PodStatus{}), 3000},
+		{"a sidecar runs beside the containers", pod(corev1.PodSpec{Containers: []corev1.Container{container("main", "2")},
+			InitContainers: []corev1.Container{sidecar("proxy", "1")}}, corev1.PodStatus{}), 3000},
+		{"an init container after a sidecar runs beside it", pod(corev1.PodSpec{Containers: []corev1.Container{container("main", "2")},
+			InitContainers: []corev1.Container{sidecar("proxy", "1"), container("migrate", "2500m")}}, corev1.PodStatus{}), 3500},
+		{"pod-level requests", pod(corev1.PodSpec{Containers: []corev1.Container{container("a", "1"), container("b", "1")},
+			Resources: &corev1.ResourceRequirements{Requests: cpuList("4")}}, corev1.PodStatus{}), 4000},
+		{"overhead", pod(corev1.PodSpec{Containers: []corev1.Container{container("a", "1")}, Overhead: cpuList("250m")}, corev1.PodStatus{}), 1250},
+		{"a resize up not yet applied counts the new size", pod(corev1.PodSpec{Containers: []corev1.Container{container("main", "4")}},
+			corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{resizeStatus("main", "2", "2")}}), 4000},
+		{"a resize down not yet applied counts the old size", pod(corev1.PodSpec{Containers: []corev1.Container{container("main", "1")}},
+			corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{resizeStatus("main", "1", "3")}}), 3000},
+		{"an infeasible resize counts what runs", pod(corev1.PodSpec{Containers: []corev1.Container{container("main", "8"), container("log", "1")}}, infeasible), 3000},
+		{"statuses that say what the spec asks", pod(corev1.PodSpec{Containers: []corev1.Container{container("main", "2")}},
+			corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{resizeStatus("main", "2", "2")}}), 2000},
+	}
+}
+
+// PodRequest counts what kube-scheduler counts, and so does a pod cut
+// down by the informers' transform (compactPod).
+func TestPodRequestCountsWhatKubeSchedulerCounts(t *testing.T) {
+	for _, c := range requestPods() {
+		for _, p := range []*corev1.Pod{&c.pod, compactPod(c.pod.DeepCopy())} {
+			got, err := PodRequest(p)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if got.MilliCPU != c.want || got.Get("pods") != 1 {
+				t.Errorf("%s: %d milli-CPU and %d pods, want %d and 1", c.name, got.MilliCPU, got.Get("pods"), c.want)
+			}
+		}
+	}
+}
+
+// A negative request is an error naming where it is, wherever it is.
+func TestPodRequestNamesANegativeQuantity(t *testing.T) {
+	base := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{container("main", "1")}}}
+	for _, c := range []struct {
+		want string
+		edit func(p *corev1.Pod)
+	}{
+		{"container main", func(p *corev1.Pod) { p.Spec.Containers[0] = container("main", "-1") }},
+		{"init container proxy", func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{sidecar("proxy", "-1")} }},
+		{"pod-level requests", func(p *corev1.Pod) { p.Spec.Resources = &corev1.ResourceRequirements{Requests: cpuList("-2")} }},
+		{"overhead", func(p *corev1.Pod) { p.Spec.Overhead = cpuList("-1") }},
+		{"container main allocated resources", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", AllocatedResources: cpuList("-1")}}
+		}},
+	} {
+		p := base.DeepCopy()
+		c.edit(p)
+		_, err := PodRequest(p)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "ns/p") {
+			t.Errorf("%s: %v, want an error naming ns/p and %s", c.want, err, c.want)
+		}
+	}
+}
+
+// The transform keeps a pod's container statuses and resize condition
+// only while they change what it counts: a pod whose statuses say what
+// its spec asks keeps none.
+func TestCompactPodKeepsStatusesOnlyForAResize(t *testing.T) {
+	for _, c := range requestPods() {
+		small := compactPod(c.pod.DeepCopy())
+		kept := small.Status.ContainerStatuses != nil || small.Status.Conditions != nil
+		wantKept := strings.Contains(c.name, "resize")
+		if kept != wantKept {
+			t.Errorf("%s: statuses kept %v, want %v", c.name, kept, wantKept)
+		}
+		for _, st := range small.Status.ContainerStatuses {
+			if st.Image != "" || st.ContainerID != "" || st.State != (corev1.ContainerState{}) {
+				t.Errorf("%s: status keeps unread fields: %+v", c.name, st)
+			}
+		}
+	}
+}
+
+// PodRequest's shortcut for plain pods (summedRequest) answers what
+// k8s.io/component-helpers answers, and a plain pod through the informers'
+// transform takes it.
+func TestPodRequestShortcutAgreesWithPodRequests(t *testing.T) {
+	pods := []*corev1.Pod{fullPod(1), compactPod(fullPod(2))}
+	for _, c := range requestPods() {
+		pods = append(pods, &c.pod, compactPod(c.pod.DeepCopy()))
+	}
+	for _, p := range pods {
+		want, err := ResourceFromList(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := PodRequest(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Equal(want.With("pods", 1)) {
+			t.Errorf("pod %s (%d init containers, %d statuses): %s, component-helpers %s", p.Name, len(p.Spec.InitContainers), len(p.Status.ContainerStatuses), got, want)
+		}
+		if shortcut, err := summedRequest(p); !needsPodRequests(p) && (err != nil || !shortcut.Equal(got)) {
+			t.Errorf("pod %s: the shortcut says %s (%v), PodRequest %s", p.Name, shortcut, err, got)
+		}
+	}
+	if needsPodRequests(compactPod(fullPod(3))) {
+		t.Error("a plain pod through the transform does not take the shortcut")
+	}
+}
