@@ -270,10 +270,12 @@ func (c *Client) Release(ctx context.Context, uid string) (Result, error) {
 // Resize sets a reservation's amount to each of targets in turn while they
 // fit (see Ledger.Resize); Result.Reservation is the reservation after it,
 // Result.Granted how many targets were applied and Result.Refused why the
-// next was not. A UID with no reservation wraps ErrNotFound. Retrying is
-// safe: the targets are absolute amounts.
-func (c *Client) Resize(ctx context.Context, uid string, targets []api.Resource) (Result, error) {
-	req := ResizeRequest{UID: uid, Targets: targets}
+// next was not. A UID with no reservation wraps ErrNotFound. bound, when
+// not nil, is what the job's bound pods ask: the reservation is raised to it
+// first, capability or not (ResizeRequest.Bound). Retrying is safe: the
+// targets are absolute amounts.
+func (c *Client) Resize(ctx context.Context, uid string, bound *api.Resource, targets []api.Resource) (Result, error) {
+	req := ResizeRequest{UID: uid, Targets: targets, Bound: bound}
 	return c.batched(ctx, batchItem{Op: "resize", Resize: &req}, "/v1/resize", req)
 }
 

@@ -66,7 +66,7 @@ func TestLocalLeaderAnswersInProcess(t *testing.T) {
 	for k := range got.Reservation.Amount.Scalars {
 		got.Reservation.Amount.Scalars[k] = 99
 	}
-	if _, err := sh.c.Resize(ctx, "uid-a", []api.Resource{res(2000, 2*gi)}); err != nil {
+	if _, err := sh.c.Resize(ctx, "uid-a", nil, []api.Resource{res(2000, 2*gi)}); err != nil {
 		t.Fatalf("resize: %v", err)
 	}
 	if _, err := sh.c.Confirm(ctx, "uid-a"); err != nil {

@@ -14,9 +14,17 @@ import (
 // the reservation's amount, and the first that does not fit ends the
 // request (the later ones are larger steps of the same job). Because they
 // are absolute, a retried request has the same effect as the first.
+//
+// Bound, when set, is what the job's bound pods already ask (their
+// requests as they run, an in-place resize included). The reservation is
+// first raised to at least it in every dimension, capability or not: those
+// pods run whatever the ledger says, and a ledger that counted less would
+// let other jobs of the queue in on top of them. Only then are the targets
+// tried. A leader that predates the field ignores it (targets alone).
 type ResizeRequest struct {
 	UID     string         `json:"uid"`
 	Targets []api.Resource `json:"targets"`
+	Bound   *api.Resource  `json:"bound,omitempty"`
 }
 
 // maxResizeTargets bounds the targets of one request.
@@ -47,6 +55,14 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 			return Reservation{}, 0, nil, fmt.Errorf("%w: resize of %s, target %d is empty (release the reservation instead)", ErrInvalid, r.Job, i)
 		}
 	}
+	if req.Bound != nil {
+		if err := req.Bound.Validate(); err != nil {
+			return Reservation{}, 0, nil, fmt.Errorf("%w: resize of %s, bound: %v", ErrInvalid, r.Job, err)
+		}
+		if err := l.raiseTo(r, r.Amount.Max(*req.Bound)); err != nil {
+			return r.Clone(), 0, nil, err
+		}
+	}
 	for _, t := range req.Targets {
 		if qe := l.frozen(r, t); qe != nil {
 			return r.Clone(), granted, qe, nil
@@ -72,6 +88,30 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 		}
 	}
 	return r.Clone(), granted, nil, nil
+}
+
+// raiseTo makes floor, which is at least r's amount in every dimension,
+// r's amount, on every level of its path, without a capability check (see
+// ResizeRequest.Bound).
+func (l *Ledger) raiseTo(r *Reservation, floor api.Resource) error {
+	if floor.Equal(r.Amount) {
+		return nil
+	}
+	next := make([]api.Resource, len(r.Path))
+	for i, q := range r.Path {
+		base, err := l.usage[q].Sub(r.Amount)
+		if err != nil {
+			return fmt.Errorf("books broken: queue %q usage %s below reservation of %s (%s)", q, l.usage[q], r.Job, r.Amount)
+		}
+		if next[i], err = base.Add(floor); err != nil {
+			return fmt.Errorf("%w: queue %q: %v", ErrInvalid, q, err)
+		}
+	}
+	for i, q := range r.Path {
+		l.usage[q] = next[i]
+	}
+	r.Amount = floor.Clone()
+	return nil
 }
 
 // frozen refuses a target that raises a dimension of a reservation that

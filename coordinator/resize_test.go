@@ -86,6 +86,48 @@ func TestLedgerResizeShrinksUnderLoweredCapability(t *testing.T) {
 	}
 }
 
+// Bound raises a reservation to what its job's bound pods ask before any
+// target is tried, capability or not (an in-place resize has already
+// happened); the targets are then checked as usual, and a bound that is
+// not a valid amount changes nothing.
+func TestLedgerResizeRaisedToWhatIsBound(t *testing.T) {
+	l := rzLedger(t)
+	if _, _, err := l.Reserve(lgReq("d", "a", cpu(2000))); err != nil {
+		t.Fatal(err)
+	}
+	// Bound within the leaf's 3 CPU: raised, and the target is the bound.
+	bound := cpu(2500)
+	r, granted, refused, err := l.Resize(ResizeRequest{UID: "d", Bound: &bound, Targets: []api.Resource{cpu(2500)}})
+	if err != nil || refused != nil || granted != 1 || !r.Amount.Equal(cpu(2500)) {
+		t.Fatalf("%v granted %d refused %+v err %v; want 2.5 CPU", r.Amount, granted, refused, err)
+	}
+	// Bound beyond it: counted anyway, and the target (a pending task on
+	// top) refused at the leaf.
+	bound = cpu(3500)
+	r, granted, refused, err = l.Resize(ResizeRequest{UID: "d", Bound: &bound, Targets: []api.Resource{cpu(4500)}})
+	if err != nil || granted != 0 || refused == nil || refused.Queue != "a" || !r.Amount.Equal(cpu(3500)) {
+		t.Fatalf("%v granted %d refused %+v err %v; want 3.5 CPU held and the grow refused at a", r.Amount, granted, refused, err)
+	}
+	lgUsage(t, l, "a", cpu(3500))
+	lgUsage(t, l, "org", cpu(3500))
+	// Nothing else fits in the full leaf.
+	if _, _, err := l.Reserve(lgReq("e", "a", cpu(100))); err == nil {
+		t.Fatal("a new job admitted into a leaf already over its capability")
+	}
+	// A bound below the amount lowers nothing; the targets do.
+	bound = cpu(1000)
+	if r, _, _, err = l.Resize(ResizeRequest{UID: "d", Bound: &bound, Targets: []api.Resource{cpu(1000)}}); err != nil || !r.Amount.Equal(cpu(1000)) {
+		t.Fatalf("%v %v; want 1 CPU", r.Amount, err)
+	}
+	lgUsage(t, l, "org", cpu(1000))
+	// A negative bound is refused whole.
+	bad := api.Resource{MilliCPU: -5}
+	if _, _, _, err = l.Resize(ResizeRequest{UID: "d", Bound: &bad, Targets: []api.Resource{cpu(2000)}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative bound: %v, want ErrInvalid", err)
+	}
+	lgUsage(t, l, "a", cpu(1000))
+}
+
 func TestLedgerResizeBadInput(t *testing.T) {
 	l := rzLedger(t)
 	if _, _, err := l.Reserve(lgReq("d", "a", cpu(1000))); err != nil {
@@ -222,14 +264,14 @@ func TestResizeThroughClient(t *testing.T) {
 	if _, err := sh.c.SetQueues(ctx, []api.QueueSpec{{Name: "q", Capability: limit(t, 3000, 8*gi)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sh.c.Resize(ctx, "uid-none", []api.Resource{res(1000, gi)}); !errors.Is(err, ErrNotFound) {
+	if _, err := sh.c.Resize(ctx, "uid-none", nil, []api.Resource{res(1000, gi)}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("resize of nothing: %v", err)
 	}
 	job := JobRef{Namespace: "ns", Name: "j", UID: "uid-j"}
 	if _, err := sh.c.Reserve(ctx, job, "q", res(1000, gi)); err != nil {
 		t.Fatal(err)
 	}
-	r, err := sh.c.Resize(ctx, job.UID, []api.Resource{res(2000, gi), res(3000, gi), res(4000, gi)})
+	r, err := sh.c.Resize(ctx, job.UID, nil, []api.Resource{res(2000, gi), res(3000, gi), res(4000, gi)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,11 +283,11 @@ func TestResizeThroughClient(t *testing.T) {
 		t.Fatalf("stored %v on lease %x", st.R.Amount, st.Lease)
 	}
 	// Retried (absolute targets): same outcome.
-	r, err = sh.c.Resize(ctx, job.UID, []api.Resource{res(2000, gi), res(3000, gi), res(4000, gi)})
+	r, err = sh.c.Resize(ctx, job.UID, nil, []api.Resource{res(2000, gi), res(3000, gi), res(4000, gi)})
 	if err != nil || r.Granted != 2 || !r.Reservation.Amount.Equal(res(3000, gi)) {
 		t.Fatalf("retried resize: %+v %v", r, err)
 	}
-	r, err = sh.c.Resize(ctx, job.UID, []api.Resource{res(500, gi)})
+	r, err = sh.c.Resize(ctx, job.UID, nil, []api.Resource{res(500, gi)})
 	if err != nil || !r.Reservation.Amount.Equal(res(500, gi)) {
 		t.Fatalf("shrink: %+v %v", r, err)
 	}

@@ -327,7 +327,7 @@ func (s *Scheduler) takeBack(ctx context.Context) {
 			to = to.With(d, min(r.Evict.To.Get(d), r.Amount.Get(d)))
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-		res, err := s.deps.Quota.Resize(cctx, r.Job.UID, []api.Resource{to})
+		res, err := s.deps.Quota.Resize(cctx, r.Job.UID, nil, []api.Resource{to})
 		cancel()
 		if err != nil || res.Granted == 0 {
 			s.log.Warn("victim's reservation not shrunk", "job uid", r.Job.UID, "err", err)

@@ -170,14 +170,14 @@ func (f *fakeQuota) Release(_ context.Context, uid string) (wire.Result, error) 
 	return wire.Result{Reservation: r, Found: found}, nil
 }
 
-func (f *fakeQuota) Resize(_ context.Context, uid string, targets []api.Resource) (wire.Result, error) {
+func (f *fakeQuota) Resize(_ context.Context, uid string, bound *api.Resource, targets []api.Resource) (wire.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("resize", uid)
 	if f.ledger == nil {
 		_ = f.setTreeLocked()
 	}
-	r, granted, refused, err := f.ledger.Resize(coordinator.ResizeRequest{UID: uid, Targets: targets})
+	r, granted, refused, err := f.ledger.Resize(coordinator.ResizeRequest{UID: uid, Targets: targets, Bound: bound})
 	return wire.Result{Reservation: r, Granted: granted, Refused: refused}, err
 }
 

@@ -25,10 +25,12 @@ type jobRec struct {
 	// it (the quota rule, quota.go). nil: not known here.
 	cover *api.Resource
 	// settled is what the job's tasks looked like when its cover was last
-	// found right for them (every pending task covered); while they look
-	// the same, wantResize has nothing to decide. Cleared with every change
-	// of cover.
-	settled settleKey
+	// found right for them (every pending task covered), and settledUse
+	// what its bound tasks asked then (an in-place resize changes it
+	// without changing any count); while they look the same, wantResize has
+	// nothing to decide. Cleared with every change of cover.
+	settled    settleKey
+	settledUse api.Resource
 	// admitWait and resizeWait are the backoffs after a refused
 	// reservation and a refused grow.
 	admitWait, resizeWait quotaBackoff
@@ -74,6 +76,8 @@ type steadyMark struct {
 	confirmed            bool
 	phaseSent            phaseKey
 	pending, bound, done int
+	// use is what the bound tasks ask (the summary's Allocated).
+	use api.Resource
 }
 
 // holds reports whether the mark, left by the cycle before this one, still
@@ -110,7 +114,8 @@ func (s *Scheduler) quiet(j *api.Job, cycle int64) bool {
 	}
 	m := r.steady
 	return m.cycle == cycle && m.describes(j, r) && m.confirmed && m.pending == 0 &&
-		r.cover != nil && r.settled == settleKey{pending: 0, bound: m.bound, done: m.done, version: j.ResourceVersion}
+		r.cover != nil && r.settled == settleKey{pending: 0, bound: m.bound, done: m.done, version: j.ResourceVersion} &&
+		r.settledUse.Equal(m.use)
 }
 
 // phaseKey is a PodGroup phase with its counts.
@@ -129,7 +134,7 @@ type settleKey struct {
 // setCover records the reservation's amount as last answered (nil: not
 // known), which unsettles the job.
 func (r *jobRec) setCover(amount *api.Resource) {
-	r.cover, r.settled = amount, settleKey{}
+	r.cover, r.settled, r.settledUse = amount, settleKey{}, api.Resource{}
 }
 
 func (r *jobRec) empty() bool {

@@ -74,12 +74,13 @@ func (s *Scheduler) releaseGone(ctx context.Context) {
 			continue
 		}
 		pending, bound, done := s.jobCounts(j)
+		use := s.summary(j).Allocated
 		if pending == 0 && bound == 0 && done >= int(max(j.MinMember, 1)) {
 			gone = append(gone, j.UID)
 			s.syncPhase(j, api.JobCompleted, 0)
 			continue
 		}
-		mark := steadyMark{cycle: cycle, job: j, admission: a, confirmed: confirmed, pending: pending, bound: bound, done: done}
+		mark := steadyMark{cycle: cycle, job: j, admission: a, confirmed: confirmed, pending: pending, bound: bound, done: done, use: use}
 		if a.queue != j.Queue {
 			// Moved to another queue: its owner writes its phase; this
 			// shard only releases what it holds once the job is done.

@@ -339,6 +339,27 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 			return fmt.Sprintf("only %d bound tasks to finish", int(argInt(t, d, "n", 1))-n)
 		}
 		return w.check()
+	case "resize":
+		// The first n bound, unfinished tasks of the job are resized in
+		// place to cpu: the kubelet applied it, nobody asked the scheduler.
+		name := argStr(d, "job", "")
+		n := int(argInt(t, d, "n", 1))
+		binds := w.r.binder.Binds()
+		for _, uid := range w.jobs[name].tasks {
+			node, bound := binds[uid]
+			if n == 0 || !bound || w.done[uid] {
+				continue
+			}
+			w.tasks[uid].Request = api.NewResource(argInt(t, d, "cpu", 1)*1000, 0, map[string]int64{api.Pods: 1})
+			tk := *w.tasks[uid]
+			tk.NodeName, tk.Phase = node, api.TaskRunning
+			w.r.c.AddOrUpdateTask(tk)
+			n--
+		}
+		if n > 0 {
+			return fmt.Sprintf("only %d bound tasks to resize", int(argInt(t, d, "n", 1))-n)
+		}
+		return w.check()
 	case "delete":
 		name := argStr(d, "job", "")
 		wj := w.jobs[name]

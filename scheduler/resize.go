@@ -168,9 +168,15 @@ func (s *Scheduler) orphaned(uid string, jobs map[string]*api.Job) bool {
 }
 
 // resizeReq is one reservation to bring to what its job's tasks ask.
+// bound is what the job's bound tasks ask now, which the reservation is
+// raised to first, capability or not (coordinator.ResizeRequest.Bound):
+// an in-place resize of a running pod grows it without asking anyone.
+// before is the cover it had when asked (nil: not known here).
 type resizeReq struct {
 	job     *api.Job
 	targets []api.Resource
+	bound   api.Resource
+	before  *api.Resource
 }
 
 // wantResize decides whether the reservation of j, a job this shard
@@ -188,7 +194,7 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 	s.mu.Lock()
 	rec := s.peek(j.UID)
 	s.mu.Unlock()
-	if rec.cover != nil && rec.settled == key {
+	if rec.cover != nil && rec.settled == key && rec.settledUse.Equal(sum.Allocated) {
 		return resizeReq{}, false // nothing changed since its cover was right
 	}
 	// Room matters only for tasks beyond the gang's floor.
@@ -218,7 +224,7 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 		if covered(cur, jobUse(sum), pending) == len(pending) {
 			s.mu.Lock()
 			if r := s.jobs[j.UID]; r != nil && r.cover != nil && r.cover.Equal(cur) {
-				r.settled = key
+				r.settled, r.settledUse = key, sum.Allocated.Clone()
 			}
 			s.mu.Unlock()
 		}
@@ -232,7 +238,11 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 		}
 		targets = targets[:1]
 	}
-	return resizeReq{job: j, targets: targets}, true
+	req := resizeReq{job: j, targets: targets, bound: jobUse(sum)}
+	if known {
+		req.before = &cur
+	}
+	return req, true
 }
 
 // lazyRoom is what this shard's nodes have free (the snapshot's Free),
@@ -260,7 +270,7 @@ func (r *lazyRoom) take(x api.Resource) {
 func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 	j := r.job
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-	res, err := s.deps.Quota.Resize(cctx, j.UID, r.targets)
+	res, err := s.deps.Quota.Resize(cctx, j.UID, &r.bound, r.targets)
 	cancel()
 	switch {
 	case errors.Is(err, wire.ErrNotFound):
@@ -281,6 +291,19 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 		rec.resizeWait = quotaBackoff{}
 	}
 	s.mu.Unlock()
+	if r.before != nil && !r.bound.LessEqual(*r.before) && r.bound.LessEqual(amount) {
+		// Its bound pods ask more than the reservation held: resized in
+		// place. The reservation now counts them, beyond the queue's
+		// capability if need be.
+		msg := fmt.Sprintf("its bound pods ask %s, more than the %s its reservation held (resized in place): the reservation counts them now", r.bound, *r.before)
+		if res.Refused != nil {
+			msg += fmt.Sprintf(", beyond what its queue allows (%v); nothing more of it is placed until that is given back", res.Refused)
+		}
+		s.log.Warn("bound pods grew past their reservation", "job", j.Key(), "bound", r.bound.String(), "held", r.before.String(), "over quota", res.Refused != nil)
+		if s.rateLimited(j.UID) {
+			s.deps.Recorder.Unschedulable(j, msg)
+		}
+	}
 	if res.Refused != nil {
 		s.backOffResize(j.UID)
 		s.stats.quotaWaits.Add(1)

@@ -41,8 +41,10 @@ type Quota interface {
 	Confirm(ctx context.Context, uid string) (wire.Result, error)
 	Release(ctx context.Context, uid string) (wire.Result, error)
 	// Resize sets the reservation's amount to each target in turn while
-	// it fits at every level (coordinator.Ledger.Resize).
-	Resize(ctx context.Context, uid string, targets []api.Resource) (wire.Result, error)
+	// it fits at every level (coordinator.Ledger.Resize), after raising it
+	// to bound, when not nil, whatever the capability (what the job's
+	// bound pods ask: coordinator.ResizeRequest.Bound).
+	Resize(ctx context.Context, uid string, bound *api.Resource, targets []api.Resource) (wire.Result, error)
 	// List returns every reservation, for reconciliation with the jobs
 	// that exist.
 	List(ctx context.Context) (wire.Result, error)

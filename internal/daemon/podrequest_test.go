@@ -43,18 +43,7 @@ func TestSidecarAndInPlaceResizeTakeRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, func() bool { return ev.nodeOf("mesh-0") == "sidecar-0" }, "the pod with a sidecar is bound")
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		res, err := ev.d.Quota.List(ctx)
-		if err != nil {
-			return false
-		}
-		for _, r := range res.Reservations {
-			if r.Job.Name == "mesh" && r.Job.Namespace == ev.ns {
-				return r.Amount.MilliCPU == 3000
-			}
-		}
-		return false
-	}, "the job's reservation holds the sidecar's CPU too (3 CPU)")
+	testenv.Eventually(t, 10*time.Second, func() bool { return ev.reservedCPU(ctx, "mesh") == 3000 }, "the job's reservation holds the sidecar's CPU too (3 CPU)")
 
 	ev.podGroup("late", "default", 1)
 	ev.pod("late-0", "late", "1500m", "1Gi", node)
@@ -112,4 +101,20 @@ func TestSidecarAndInPlaceResizeTakeRoom(t *testing.T) {
 	}
 	kubelet("1")
 	testenv.Eventually(t, 30*time.Second, func() bool { return ev.nodeOf("late-0") == "sidecar-0" }, "the 1.5-CPU pod binds once the first is down to 2 CPU")
+	testenv.Eventually(t, 10*time.Second, func() bool { return ev.reservedCPU(ctx, "mesh") == 2000 }, "the job's reservation follows its pod down to 2 CPU")
+}
+
+// reservedCPU is the milli-CPU of the reservation of the job of this
+// test's namespace named job (-1: none).
+func (ev *env) reservedCPU(ctx context.Context, job string) int64 {
+	res, err := ev.d.Quota.List(ctx)
+	if err != nil {
+		return -1
+	}
+	for _, r := range res.Reservations {
+		if r.Job.Name == job && r.Job.Namespace == ev.ns {
+			return r.Amount.MilliCPU
+		}
+	}
+	return -1
 }
