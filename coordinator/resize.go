@@ -92,7 +92,9 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 
 // raiseTo makes floor, which is at least r's amount in every dimension,
 // r's amount, on every level of its path, without a capability check (see
-// ResizeRequest.Bound).
+// ResizeRequest.Bound). Nor is it frozen for a victim giving quota back or
+// a nominee: its pods ask it whatever the plan says, and the plan's
+// figures are checked against the ledger as it then is.
 func (l *Ledger) raiseTo(r *Reservation, floor api.Resource) error {
 	if floor.Equal(r.Amount) {
 		return nil

@@ -273,7 +273,16 @@ func (t *term) applyOne(c *call) (result, []clientv3.Op, error) {
 		before, _ := t.ledger.Get(c.resize.UID)
 		r, granted, refused, err := t.ledger.Resize(c.resize)
 		if err != nil {
-			return result{err: err}, nil, nil
+			if r.Job.UID == "" || before.Amount.Equal(r.Amount) {
+				return result{err: err}, nil, nil
+			}
+			// Refused part way (an overflow), after the bound's raise or
+			// earlier targets changed it: what the ledger holds is written.
+			op, perr := t.putReservation(r)
+			if perr != nil {
+				return result{err: errors.Join(err, perr)}, nil, nil
+			}
+			return result{err: err}, []clientv3.Op{op}, nil
 		}
 		res := result{Reservation: &r, Granted: granted, Refused: refused}
 		if before.Amount.Equal(r.Amount) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -176,6 +177,38 @@ func TestTermApplyRefusalsWriteNothing(t *testing.T) {
 	got, ops = tmApply(t, tr, tmCall(opKind(99), "x"))
 	if !errors.Is(got.err, ErrInvalid) || len(ops) != 0 {
 		t.Fatalf("unknown operation: %v writing %v, want ErrInvalid writing nothing", got.err, tmOps(tr, ops))
+	}
+}
+
+// A resize refused part way (here a target that overflows) after the
+// bound's raise changed the reservation writes what the ledger now holds,
+// so that etcd and the ledger agree; one refused before any change writes
+// nothing.
+func TestTermApplyResizeRefusedPartWayWritesWhatChanged(t *testing.T) {
+	tr := tmTerm(t, tmSpecs(t, 4000))
+	for _, uid := range []string{"a", "b"} {
+		if got, _ := tmApply(t, tr, tmReserve(uid, 1000, 7, nil)); got.err != nil {
+			t.Fatal(got.err)
+		}
+	}
+	resize := func(bound int64, target api.Resource) *call {
+		b := res(bound, gi)
+		return &call{kind: opResize, resize: ResizeRequest{UID: "a", Bound: &b, Targets: []api.Resource{target}}, done: make(chan result, 1)}
+	}
+	huge := api.Resource{MilliCPU: math.MaxInt64, Memory: gi}
+	got, ops := tmApply(t, tr, resize(2000, huge))
+	if got.err == nil {
+		t.Fatal("a target that overflows the queue's usage was taken")
+	}
+	if d := tmOps(tr, ops); !slices.Equal(d, []string{"put a"}) {
+		t.Fatalf("refused after the raise, writes %v, want [put a]", d)
+	}
+	if w := tmWritten(t, ops[0]); w.Amount.MilliCPU != 2000 {
+		t.Fatalf("stores %dm, want the raised 2000m", w.Amount.MilliCPU)
+	}
+	got, ops = tmApply(t, tr, resize(2000, huge))
+	if got.err == nil || len(ops) != 0 {
+		t.Fatalf("refused with nothing changed: %v writing %v, want an error writing nothing", got.err, tmOps(tr, ops))
 	}
 }
 

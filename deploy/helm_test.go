@@ -234,6 +234,7 @@ func TestHelmChartExternalEtcd(t *testing.T) {
 		{[]string{"--set", "extraArgs={--insecure-coordinator=true}"}, "--insecure-coordinator is set by the chart"},
 		{[]string{"--set", "extraArgs={bind-workers=256}"}, `"bind-workers=256" is not --flag=value`},
 		{[]string{"--set", "extraArgs={--profiling}"}, `"--profiling" is not --flag=value`},
+		{[]string{"--set-json", `extraArgs=["--log-level=debug\nx"]`}, "--log-level is set by the chart"},
 	} {
 		_, err := helmTemplate(t, namespace, bad.args...)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
@@ -291,27 +292,22 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 		rec.resizeWait = quotaBackoff{}
 	}
 	s.mu.Unlock()
+	var msgs []string // one event for both, within the job's rate limit
 	if r.before != nil && !r.bound.LessEqual(*r.before) && r.bound.LessEqual(amount) {
 		// Its bound pods ask more than the reservation held: resized in
 		// place. The reservation now counts them, beyond the queue's
 		// capability if need be.
-		msg := fmt.Sprintf("its bound pods ask %s, more than the %s its reservation held (resized in place): the reservation counts them now", r.bound, *r.before)
-		if res.Refused != nil {
-			msg += fmt.Sprintf(", beyond what its queue allows (%v); nothing more of it is placed until that is given back", res.Refused)
-		}
+		msgs = append(msgs, fmt.Sprintf("its bound pods ask %s, more than the %s its reservation held (resized in place): the reservation counts them now", r.bound, *r.before))
 		s.log.Warn("bound pods grew past their reservation", "job", j.Key(), "bound", r.bound.String(), "held", r.before.String(), "over quota", res.Refused != nil)
-		if s.rateLimited(j.UID) {
-			s.deps.Recorder.Unschedulable(j, msg)
-		}
 	}
 	if res.Refused != nil {
 		s.backOffResize(j.UID)
 		s.stats.quotaWaits.Add(1)
 		waiting := len(r.targets) - max(res.Granted, 1)
-		msg := fmt.Sprintf("%d more task(s) wait for quota: %v", waiting, res.Refused)
-		if s.rateLimited(j.UID) {
-			s.deps.Recorder.Unschedulable(j, msg)
-		}
+		msgs = append(msgs, fmt.Sprintf("%d more task(s) wait for quota: %v", waiting, res.Refused))
+	}
+	if len(msgs) > 0 && s.rateLimited(j.UID) {
+		s.deps.Recorder.Unschedulable(j, strings.Join(msgs, "; "))
 	}
 }
 

@@ -57,18 +57,15 @@ func NodeFromNode(n *corev1.Node) (api.Node, error) {
 // pod-level requests where the pod sets them; the pod overhead; and while
 // an in-place resize is under way, the larger of what the spec asks and
 // what the kubelet allocated or applied (only the latter two when the
-// kubelet found the resize infeasible). Plus one "pods". A malformed or
-// negative quantity is an error naming the container or field.
+// kubelet found the resize infeasible). Plus one "pods". A negative
+// quantity is an error naming the container or field, and so is a sum
+// too large to count.
 func PodRequest(p *corev1.Pod) (api.Resource, error) {
-	if !needsPodRequests(p) {
-		return summedRequest(p)
-	}
 	check := func(what string, list corev1.ResourceList) error {
-		if len(list) == 0 {
-			return nil
-		}
-		if _, err := ResourceFromList(list); err != nil {
-			return fmt.Errorf("pod %s/%s %s: %w", p.Namespace, p.Name, what, err)
+		for name, q := range list {
+			if q.Sign() < 0 {
+				return fmt.Errorf("pod %s/%s %s: %w: %s is %s", p.Namespace, p.Name, what, api.ErrNegative, name, q.String())
+			}
 		}
 		return nil
 	}
@@ -90,6 +87,7 @@ func PodRequest(p *corev1.Pod) (api.Resource, error) {
 			return api.Resource{}, err
 		}
 	}
+	resizing := false
 	for _, statuses := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
 		for _, cs := range statuses {
 			if err := check("container "+cs.Name+" allocated resources", cs.AllocatedResources); err != nil {
@@ -100,74 +98,18 @@ func PodRequest(p *corev1.Pod) (api.Resource, error) {
 					return api.Resource{}, err
 				}
 			}
-		}
-	}
-	sum, err := ResourceFromList(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true}))
-	if err != nil {
-		return api.Resource{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
-	}
-	return sum.With(api.Pods, 1), nil
-}
-
-// needsPodRequests reports whether p has anything that makes its request
-// other than its containers' summed (or its largest init container's) plus
-// overhead: a sidecar (or any restart policy on an init container), pod-level
-// requests, or container statuses or a resize condition, which the informers'
-// transform keeps only during an in-place resize (compactResize). Most pods
-// have none, and summing them directly costs a fifth of PodRequests.
-func needsPodRequests(p *corev1.Pod) bool {
-	if p.Spec.Resources != nil && len(p.Spec.Resources.Requests) > 0 {
-		return true
-	}
-	for _, c := range p.Spec.InitContainers {
-		if c.RestartPolicy != nil {
-			return true
-		}
-	}
-	for _, statuses := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
-		for _, cs := range statuses {
-			if cs.AllocatedResources != nil || (cs.Resources != nil && cs.Resources.Requests != nil) {
-				return true
-			}
+			resizing = resizing || cs.AllocatedResources != nil || (cs.Resources != nil && cs.Resources.Requests != nil)
 		}
 	}
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodResizePending {
-			return true
-		}
+		resizing = resizing || c.Type == corev1.PodResizePending
 	}
-	return false
-}
-
-// summedRequest is PodRequest of a pod without sidecars, pod-level
-// requests or resize statuses: the containers summed, or the largest init
-// container if larger, plus the overhead and one "pods".
-func summedRequest(p *corev1.Pod) (api.Resource, error) {
-	sum := api.Resource{}
-	for _, c := range p.Spec.Containers {
-		r, err := ResourceFromList(c.Resources.Requests)
-		if err != nil {
-			return api.Resource{}, fmt.Errorf("pod %s/%s container %s: %w", p.Namespace, p.Name, c.Name, err)
-		}
-		if sum, err = sum.Add(r); err != nil {
-			return api.Resource{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
-		}
-	}
-	for _, c := range p.Spec.InitContainers {
-		r, err := ResourceFromList(c.Resources.Requests)
-		if err != nil {
-			return api.Resource{}, fmt.Errorf("pod %s/%s init container %s: %w", p.Namespace, p.Name, c.Name, err)
-		}
-		sum = sum.Max(r)
-	}
-	if p.Spec.Overhead != nil {
-		o, err := ResourceFromList(p.Spec.Overhead)
-		if err != nil {
-			return api.Resource{}, fmt.Errorf("pod %s/%s overhead: %w", p.Namespace, p.Name, err)
-		}
-		if sum, err = sum.Add(o); err != nil {
-			return api.Resource{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
-		}
+	// Without any status of a resize the statuses add nothing (each falls
+	// back to the spec), and reading them costs two more passes: most pods,
+	// and every one the informers' transform keeps (compactResize).
+	sum, err := ResourceFromList(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: resizing}))
+	if err != nil {
+		return api.Resource{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	return sum.With(api.Pods, 1), nil
 }

@@ -129,14 +129,21 @@ func TestCompactPodKeepsStatusesOnlyForAResize(t *testing.T) {
 	}
 }
 
-// PodRequest's shortcut for plain pods (summedRequest) answers what
-// k8s.io/component-helpers answers, and a plain pod through the informers'
-// transform takes it.
-func TestPodRequestShortcutAgreesWithPodRequests(t *testing.T) {
+// PodRequest answers what k8s.io/component-helpers answers reading the
+// statuses, including for pods through the informers' transform, which
+// keeps a pod's statuses only during a resize and so lets PodRequest skip
+// them for most pods.
+func TestPodRequestIsComponentHelpersReadingStatuses(t *testing.T) {
 	pods := []*corev1.Pod{fullPod(1), compactPod(fullPod(2))}
 	for _, c := range requestPods() {
 		pods = append(pods, &c.pod, compactPod(c.pod.DeepCopy()))
 	}
+	// Sub-milli CPU and fractional memory are rounded up once, on the sum.
+	odd := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "odd"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Name: "a", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500u"), corev1.ResourceMemory: resource.MustParse("100m")}}},
+		{Name: "b", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500u"), corev1.ResourceMemory: resource.MustParse("100m")}}},
+	}}}
+	pods = append(pods, odd, compactPod(odd.DeepCopy()))
 	for _, p := range pods {
 		want, err := ResourceFromList(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true}))
 		if err != nil {
@@ -149,11 +156,8 @@ func TestPodRequestShortcutAgreesWithPodRequests(t *testing.T) {
 		if !got.Equal(want.With("pods", 1)) {
 			t.Errorf("pod %s (%d init containers, %d statuses): %s, component-helpers %s", p.Name, len(p.Spec.InitContainers), len(p.Status.ContainerStatuses), got, want)
 		}
-		if shortcut, err := summedRequest(p); !needsPodRequests(p) && (err != nil || !shortcut.Equal(got)) {
-			t.Errorf("pod %s: the shortcut says %s (%v), PodRequest %s", p.Name, shortcut, err, got)
-		}
 	}
-	if needsPodRequests(compactPod(fullPod(3))) {
-		t.Error("a plain pod through the transform does not take the shortcut")
+	if got, _ := PodRequest(odd); got.MilliCPU != 3 || got.Memory != 1 {
+		t.Errorf("2 × 1500u CPU and 2 × 100m memory: %d milli-CPU and %d bytes, want 3 and 1", got.MilliCPU, got.Memory)
 	}
 }

@@ -318,7 +318,9 @@ func compactPod(p *corev1.Pod) *corev1.Pod {
 		Containers: compactContainers(p.Spec.Containers), InitContainers: compactContainers(p.Spec.InitContainers),
 	}
 	if r := p.Spec.Resources; r != nil && len(r.Requests) > 0 {
-		out.Spec.Resources = &corev1.ResourceRequirements{Requests: r.Requests}
+		// A copy: PodRequests may add the overhead into a pod-level
+		// quantity it took from the pod.
+		out.Spec.Resources = &corev1.ResourceRequirements{Requests: r.Requests.DeepCopy()}
 	}
 	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 		out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
@@ -354,7 +356,8 @@ func compactResize(p, out *corev1.Pod) {
 	var cond *corev1.PodCondition
 	for i := range p.Status.Conditions {
 		if p.Status.Conditions[i].Type == corev1.PodResizePending {
-			cond = &p.Status.Conditions[i]
+			cond = &p.Status.Conditions[i] // the first, as PodRequests reads it
+			break
 		}
 	}
 	infeasible := cond != nil && cond.Reason == corev1.PodReasonInfeasible
