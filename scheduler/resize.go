@@ -233,8 +233,10 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 	}
 	if known && waiting && now.Before(w.until) {
 		// Refused a moment ago. A shrink (tasks finished) still goes at
-		// once: it only gives quota back.
-		if !targets[0].LessEqual(cur) || targets[0].Equal(cur) {
+		// once: it only gives quota back; and so does the raise to what
+		// bound pods grown in place ask, which is not asked of anyone.
+		grewInPlace := !jobUse(sum).LessEqual(cur)
+		if !grewInPlace && (!targets[0].LessEqual(cur) || targets[0].Equal(cur)) {
 			return resizeReq{}, false
 		}
 		targets = targets[:1]
