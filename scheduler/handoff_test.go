@@ -69,6 +69,9 @@ type fakeQuota struct {
 	calls  []string
 	ledger *coordinator.Ledger
 	specs  []api.QueueSpec
+	// noBound answers resizes as a leader that predates
+	// ResizeRequest.Bound: the targets alone.
+	noBound bool
 }
 
 func (f *fakeQuota) record(op, uid string) {
@@ -176,6 +179,9 @@ func (f *fakeQuota) Resize(_ context.Context, uid string, bound *api.Resource, t
 	f.record("resize", uid)
 	if f.ledger == nil {
 		_ = f.setTreeLocked()
+	}
+	if f.noBound {
+		bound = nil
 	}
 	r, granted, refused, err := f.ledger.Resize(coordinator.ResizeRequest{UID: uid, Targets: targets, Bound: bound})
 	return wire.Result{Reservation: r, Granted: granted, Refused: refused}, err

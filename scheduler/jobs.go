@@ -31,6 +31,9 @@ type jobRec struct {
 	// nothing to decide. Cleared with every change of cover.
 	settled    settleKey
 	settledUse api.Resource
+	// boundAsked is the bound use the last resize carried (resizeReq.bound):
+	// a raise is sent past a refused grow's backoff once per figure.
+	boundAsked api.Resource
 	// admitWait and resizeWait are the backoffs after a refused
 	// reservation and a refused grow.
 	admitWait, resizeWait quotaBackoff

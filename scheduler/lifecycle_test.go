@@ -99,6 +99,8 @@ type world struct {
 	done    map[string]bool      // tasks finished
 	serial  int
 	evictor *fakeEvictor
+	// seenCalls: the quota calls the last "calls" command read up to.
+	seenCalls int
 }
 
 type wJob struct {
@@ -360,6 +362,24 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 			return fmt.Sprintf("only %d bound tasks to resize", int(argInt(t, d, "n", 1))-n)
 		}
 		return w.check()
+	case "old-leader":
+		// on: resizes are answered as by a leader that predates Bound.
+		w.r.quota.mu.Lock()
+		w.r.quota.noBound = argStr(d, "on", "") == "true"
+		w.r.quota.mu.Unlock()
+		return "ok"
+	case "calls":
+		// How many calls of op the job's reservation got since the last
+		// "calls" (any op).
+		op, uid := argStr(d, "op", ""), w.jobs[argStr(d, "job", "")].job.UID
+		n := 0
+		for _, c := range w.r.quota.Calls()[w.seenCalls:] {
+			if c == op+" "+uid {
+				n++
+			}
+		}
+		w.seenCalls = len(w.r.quota.Calls())
+		return fmt.Sprintf("%d %s calls", n, op)
 	case "delete":
 		name := argStr(d, "job", "")
 		wj := w.jobs[name]

@@ -235,7 +235,10 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 		// Refused a moment ago. A shrink (tasks finished) still goes at
 		// once: it only gives quota back; and so does the raise to what
 		// bound pods grown in place ask, which is not asked of anyone.
-		grewInPlace := !jobUse(sum).LessEqual(cur)
+		// Once per figure: a raise that failed (an error, or a leader
+		// that predates Bound) waits out the backoff like a grow.
+		use := jobUse(sum)
+		grewInPlace := !use.LessEqual(cur) && !use.Equal(rec.boundAsked)
 		if !grewInPlace && (!targets[0].LessEqual(cur) || targets[0].Equal(cur)) {
 			return resizeReq{}, false
 		}
@@ -272,6 +275,9 @@ func (r *lazyRoom) take(x api.Resource) {
 // answers. Called concurrently for different jobs.
 func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 	j := r.job
+	s.mu.Lock()
+	s.rec(j.UID).boundAsked = r.bound
+	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	res, err := s.deps.Quota.Resize(cctx, j.UID, &r.bound, r.targets)
 	cancel()
@@ -296,11 +302,14 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 	s.mu.Unlock()
 	var msgs []string // one event for both, within the job's rate limit
 	if r.before != nil && !r.bound.LessEqual(*r.before) && r.bound.LessEqual(amount) {
-		// Its bound pods ask more than the reservation held: resized in
-		// place. The reservation now counts them, beyond the queue's
-		// capability if need be.
-		msgs = append(msgs, fmt.Sprintf("its bound pods ask %s, more than the %s its reservation held (resized in place): the reservation counts them now", r.bound, *r.before))
-		s.log.Warn("bound pods grew past their reservation", "job", j.Key(), "bound", r.bound.String(), "held", r.before.String(), "over quota", res.Refused != nil)
+		// Its bound pods ask more than this shard knew the reservation
+		// to hold: resized in place (or grown by another shard since).
+		// The reservation counts them now, beyond the queue's capability
+		// if need be; that is what the PodGroup's event says.
+		s.log.Info("bound pods ask more than the reservation last known", "job", j.Key(), "bound", r.bound.String(), "known", r.before.String(), "reservation", amount.String())
+		if res.Refused != nil {
+			msgs = append(msgs, fmt.Sprintf("its bound pods ask %s, more than the %s its reservation held (resized in place): the reservation counts them, beyond what its queue allows", r.bound, *r.before))
+		}
 	}
 	if res.Refused != nil {
 		s.backOffResize(j.UID)

@@ -104,6 +104,14 @@ func PodRequest(p *corev1.Pod) (api.Resource, error) {
 	for _, c := range p.Status.Conditions {
 		resizing = resizing || c.Type == corev1.PodResizePending
 	}
+	if p.Spec.Resources != nil && len(p.Spec.Resources.Requests) > 0 && len(p.Spec.Overhead) > 0 {
+		// PodRequests adds the overhead into a pod-level quantity it took
+		// from the pod, which for some quantities changes the pod's own:
+		// it is given a copy (pods are shared, read-only, in the cache).
+		cp := *p
+		cp.Spec.Resources = p.Spec.Resources.DeepCopy()
+		p = &cp
+	}
 	// Without any status of a resize the statuses add nothing (each falls
 	// back to the spec), and reading them costs two more passes: most pods,
 	// and every one the informers' transform keeps (compactResize).

@@ -161,3 +161,32 @@ func TestPodRequestIsComponentHelpersReadingStatuses(t *testing.T) {
 		t.Errorf("2 × 1500u CPU and 2 × 100m memory: %d milli-CPU and %d bytes, want 3 and 1", got.MilliCPU, got.Memory)
 	}
 }
+
+// Counting a pod with pod-level requests and an overhead leaves the pod
+// as it was, and counts the same every time (PodRequests adds the
+// overhead into a quantity it takes from the pod).
+func TestPodRequestLeavesThePodAlone(t *testing.T) {
+	big := resource.MustParse("1.5Gi")
+	big.Add(resource.MustParse("1e-9")) // held as an arbitrary-precision decimal
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{container("a", "1")},
+		Resources:  &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: big}},
+		Overhead:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("1Mi")},
+	}}
+	before := p.DeepCopy()
+	first, err := PodRequest(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if again, err := PodRequest(p); err != nil || !again.Equal(first) {
+			t.Fatalf("counted again: %s (%v), first %s", again, err, first)
+		}
+	}
+	if q := p.Spec.Resources.Requests[corev1.ResourceMemory]; q.Cmp(before.Spec.Resources.Requests[corev1.ResourceMemory]) != 0 {
+		t.Fatalf("the pod's pod-level memory became %s, was %s", q.String(), big.String())
+	}
+	if first.MilliCPU != 2250 {
+		t.Errorf("%d milli-CPU, want the pod-level 2 CPU and the 250m overhead", first.MilliCPU)
+	}
+}
