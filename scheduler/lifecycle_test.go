@@ -323,43 +323,24 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		w.addTasks(name, int(argInt(t, d, "n", 1)), argInt(t, d, "cpu", 1), argStr(d, "spec", ""), int32(argInt(t, d, "prio", 0)))
 		return w.check()
 	case "finish":
-		name := argStr(d, "job", "")
 		n := int(argInt(t, d, "n", 1))
-		binds := w.r.binder.Binds()
-		for _, uid := range w.jobs[name].tasks {
-			node, bound := binds[uid]
-			if n == 0 || !bound || w.done[uid] {
-				continue
-			}
-			tk := *w.tasks[uid]
-			tk.NodeName, tk.Phase = node, api.TaskSucceeded
-			w.r.c.AddOrUpdateTask(tk)
-			w.done[uid] = true
-			n--
-		}
-		if n > 0 {
-			return fmt.Sprintf("only %d bound tasks to finish", int(argInt(t, d, "n", 1))-n)
+		if got := w.eachBound(argStr(d, "job", ""), n, func(tk *api.Task) {
+			tk.Phase = api.TaskSucceeded
+			w.done[tk.UID] = true
+		}); got < n {
+			return fmt.Sprintf("only %d bound tasks to finish", got)
 		}
 		return w.check()
 	case "resize":
 		// The first n bound, unfinished tasks of the job are resized in
 		// place to cpu: the kubelet applied it, nobody asked the scheduler.
-		name := argStr(d, "job", "")
 		n := int(argInt(t, d, "n", 1))
-		binds := w.r.binder.Binds()
-		for _, uid := range w.jobs[name].tasks {
-			node, bound := binds[uid]
-			if n == 0 || !bound || w.done[uid] {
-				continue
-			}
-			w.tasks[uid].Request = api.NewResource(argInt(t, d, "cpu", 1)*1000, 0, map[string]int64{api.Pods: 1})
-			tk := *w.tasks[uid]
-			tk.NodeName, tk.Phase = node, api.TaskRunning
-			w.r.c.AddOrUpdateTask(tk)
-			n--
-		}
-		if n > 0 {
-			return fmt.Sprintf("only %d bound tasks to resize", int(argInt(t, d, "n", 1))-n)
+		req := api.NewResource(argInt(t, d, "cpu", 1)*1000, 0, map[string]int64{api.Pods: 1})
+		if got := w.eachBound(argStr(d, "job", ""), n, func(tk *api.Task) {
+			w.tasks[tk.UID].Request = req
+			tk.Request, tk.Phase = req, api.TaskRunning
+		}); got < n {
+			return fmt.Sprintf("only %d bound tasks to resize", got)
 		}
 		return w.check()
 	case "old-leader":
@@ -477,6 +458,26 @@ func (w *world) addTasks(job string, n int, cpu int64, spec string, prio int32) 
 		wj.tasks = append(wj.tasks, tk.UID)
 		w.r.c.AddOrUpdateTask(*tk)
 	}
+}
+
+// eachBound hands change a copy of each of the job's first n bound,
+// unfinished tasks (on its node), in creation order, and gives the cache
+// what change made of it; it returns how many it found.
+func (w *world) eachBound(job string, n int, change func(*api.Task)) int {
+	binds := w.r.binder.Binds()
+	done := 0
+	for _, uid := range w.jobs[job].tasks {
+		node, bound := binds[uid]
+		if done == n || !bound || w.done[uid] {
+			continue
+		}
+		tk := *w.tasks[uid]
+		tk.NodeName = node
+		change(&tk)
+		w.r.c.AddOrUpdateTask(tk)
+		done++
+	}
+	return done
 }
 
 // usage is, per queue (every level), the requests of the tasks bound and
