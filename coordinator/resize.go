@@ -60,9 +60,15 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 			return Reservation{}, 0, nil, fmt.Errorf("%w: resize of %s, bound: %v", ErrInvalid, r.Job, err)
 		}
 		if !req.Bound.LessEqual(r.Amount) { // most resizes: already covered
-			if err := l.raiseTo(r, r.Amount.Max(*req.Bound)); err != nil {
+			// Raised whatever the capability and not frozen for a victim
+			// or a nominee: its pods ask it whatever the plan says, and the
+			// plan's figures are checked against the ledger as it then is.
+			floor := r.Amount.Max(*req.Bound)
+			next, err := l.usageWith(r, floor)
+			if err != nil {
 				return r.Clone(), 0, nil, err
 			}
+			l.setAmount(r, floor, next)
 		}
 	}
 	for _, t := range req.Targets {
@@ -76,14 +82,7 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 		if qe != nil {
 			return r.Clone(), granted, qe, nil
 		}
-		for i, q := range r.Path {
-			if next[i].IsZero() {
-				delete(l.usage, q)
-			} else {
-				l.usage[q] = next[i]
-			}
-		}
-		r.Amount = t.Clone()
+		l.setAmount(r, t, next)
 		granted++
 		if e := r.Evict; e != nil && !e.Whole && r.Amount.LessEqual(e.To) {
 			l.unmark(r) // it gave back what it was asked for
@@ -92,30 +91,36 @@ func (l *Ledger) Resize(req ResizeRequest) (res Reservation, granted int, refuse
 	return r.Clone(), granted, nil, nil
 }
 
-// raiseTo makes floor, which is at least r's amount in every dimension,
-// r's amount, on every level of its path, without a capability check (see
-// ResizeRequest.Bound). Nor is it frozen for a victim giving quota back or
-// a nominee: its pods ask it whatever the plan says, and the plan's
-// figures are checked against the ledger as it then is.
-func (l *Ledger) raiseTo(r *Reservation, floor api.Resource) error {
-	if floor.Equal(r.Amount) {
-		return nil
-	}
+// usageWith is the usage of every level of r's path were its amount
+// target, or an error if the books are broken or a sum overflows.
+func (l *Ledger) usageWith(r *Reservation, target api.Resource) ([]api.Resource, error) {
 	next := make([]api.Resource, len(r.Path))
 	for i, q := range r.Path {
-		base, err := l.usage[q].Sub(r.Amount)
+		u := l.usage[q]
+		base, err := u.Sub(r.Amount)
 		if err != nil {
-			return fmt.Errorf("books broken: queue %q usage %s below reservation of %s (%s)", q, l.usage[q], r.Job, r.Amount)
+			// Usage below one of its own reservations: the books are
+			// broken; refuse rather than make them worse.
+			return nil, fmt.Errorf("books broken: queue %q usage %s below reservation of %s (%s)", q, u, r.Job, r.Amount)
 		}
-		if next[i], err = base.Add(floor); err != nil {
-			return fmt.Errorf("%w: queue %q: %v", ErrInvalid, q, err)
+		if next[i], err = base.Add(target); err != nil {
+			return nil, fmt.Errorf("%w: queue %q: %v", ErrInvalid, q, err)
 		}
 	}
+	return next, nil
+}
+
+// setAmount makes target r's amount and next (usageWith's) its path's
+// usage.
+func (l *Ledger) setAmount(r *Reservation, target api.Resource, next []api.Resource) {
 	for i, q := range r.Path {
-		l.usage[q] = next[i]
+		if next[i].IsZero() {
+			delete(l.usage, q)
+		} else {
+			l.usage[q] = next[i]
+		}
 	}
-	r.Amount = floor.Clone()
-	return nil
+	r.Amount = target.Clone()
 }
 
 // frozen refuses a target that raises a dimension of a reservation that
@@ -137,19 +142,12 @@ func (l *Ledger) frozen(r *Reservation, target api.Resource) *QuotaError {
 // target, or the QuotaError of the first level (leaf first) where a raised
 // dimension would exceed capability.
 func (l *Ledger) resized(r *Reservation, target api.Resource) ([]api.Resource, *QuotaError, error) {
-	next := make([]api.Resource, len(r.Path))
+	next, err := l.usageWith(r, target)
+	if err != nil {
+		return nil, nil, err
+	}
 	for i, q := range r.Path {
-		u := l.usage[q]
-		base, err := u.Sub(r.Amount)
-		if err != nil {
-			// Usage below one of its own reservations: the books are
-			// broken; refuse rather than make them worse.
-			return nil, nil, fmt.Errorf("books broken: queue %q usage %s below reservation of %s (%s)", q, u, r.Job, r.Amount)
-		}
-		n, err := base.Add(target)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: queue %q: %v", ErrInvalid, q, err)
-		}
+		u, n := l.usage[q], next[i]
 		spec, _ := l.tree.Get(q)
 		var held api.Resource
 		if !spec.Capability.IsUnlimited() {
@@ -165,7 +163,6 @@ func (l *Ledger) resized(r *Reservation, target api.Resource) ([]api.Resource, *
 					Capability: capv, Held: held.Get(d), Short: v - capv}, nil
 			}
 		}
-		next[i] = n
 	}
 	return next, nil, nil
 }

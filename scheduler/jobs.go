@@ -117,8 +117,7 @@ func (s *Scheduler) quiet(j *api.Job, cycle int64) bool {
 	}
 	m := r.steady
 	return m.cycle == cycle && m.describes(j, r) && m.confirmed && m.pending == 0 &&
-		r.cover != nil && r.settled == settleKey{pending: 0, bound: m.bound, done: m.done, version: j.ResourceVersion} &&
-		r.settledUse.Equal(m.use)
+		r.settledFor(settleKey{pending: 0, bound: m.bound, done: m.done, version: j.ResourceVersion}, m.use)
 }
 
 // phaseKey is a PodGroup phase with its counts.
@@ -132,6 +131,12 @@ type phaseKey struct {
 type settleKey struct {
 	pending, bound, done int
 	version              string
+}
+
+// settledFor reports whether r's cover is known and was found right for
+// tasks that looked as key says, whose bound ones asked use.
+func (r *jobRec) settledFor(key settleKey, use api.Resource) bool {
+	return r.cover != nil && r.settled == key && r.settledUse.Equal(use)
 }
 
 // setCover records the reservation's amount as last answered (nil: not

@@ -195,7 +195,7 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 	s.mu.Lock()
 	rec := s.peek(j.UID)
 	s.mu.Unlock()
-	if rec.cover != nil && rec.settled == key && rec.settledUse.Equal(sum.Allocated) {
+	if rec.settledFor(key, sum.Allocated) {
 		return resizeReq{}, false // nothing changed since its cover was right
 	}
 	// Room matters only for tasks beyond the gang's floor.
@@ -208,13 +208,14 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 	if targets[0].IsZero() {
 		return resizeReq{}, false // no task: nothing to hold
 	}
+	use := jobUse(sum)
 	var cur api.Resource
 	known := rec.cover != nil
 	if known {
 		cur = *rec.cover
 	}
 	w, waiting := rec.resizeWait, rec.resizeWait != (quotaBackoff{})
-	base := jobUse(sum)
+	base := use
 	if known {
 		base = cur
 	}
@@ -222,7 +223,7 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 		room.take(lessClamped(targets[len(targets)-1], base).With(api.Pods, 0))
 	}
 	if known && cur.Equal(targets[len(targets)-1]) {
-		if covered(cur, jobUse(sum), pending) == len(pending) {
+		if covered(cur, use, pending) == len(pending) {
 			s.mu.Lock()
 			if r := s.jobs[j.UID]; r != nil && r.cover != nil && r.cover.Equal(cur) {
 				r.settled, r.settledUse = key, sum.Allocated.Clone()
@@ -237,14 +238,13 @@ func (s *Scheduler) wantResize(j *api.Job, pending []*api.Task, now time.Time, r
 		// bound pods grown in place ask, which is not asked of anyone.
 		// Once per figure: a raise that failed (an error, or a leader
 		// that predates Bound) waits out the backoff like a grow.
-		use := jobUse(sum)
 		grewInPlace := !use.LessEqual(cur) && !use.Equal(rec.boundAsked)
 		if !grewInPlace && (!targets[0].LessEqual(cur) || targets[0].Equal(cur)) {
 			return resizeReq{}, false
 		}
 		targets = targets[:1]
 	}
-	req := resizeReq{job: j, targets: targets, bound: jobUse(sum)}
+	req := resizeReq{job: j, targets: targets, bound: use}
 	if known {
 		req.before = &cur
 	}

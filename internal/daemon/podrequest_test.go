@@ -47,13 +47,7 @@ func TestSidecarAndInPlaceResizeTakeRoom(t *testing.T) {
 
 	ev.podGroup("late", "default", 1)
 	ev.pod("late-0", "late", "1500m", "1Gi", node)
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		if n := ev.nodeOf("late-0"); n != "" {
-			t.Fatalf("a 1.5-CPU pod bound to %s beside 3 CPU of a 4-CPU node", n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	ev.unboundFor(3*time.Second, "late-0", "a 1.5-CPU pod bound beside 3 CPU of a 4-CPU node")
 
 	// As the kubelet does (kwok does not): the running containers' status
 	// says what was allocated and applied, which the API server requires
@@ -92,16 +86,21 @@ func TestSidecarAndInPlaceResizeTakeRoom(t *testing.T) {
 		t.Fatalf("resize: %v", err)
 	}
 	// Asked, not yet applied: the container still holds its 2 CPU.
-	deadline = time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		if n := ev.nodeOf("late-0"); n != "" {
-			t.Fatalf("the 1.5-CPU pod bound to %s before the resize down was applied", n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	ev.unboundFor(3*time.Second, "late-0", "the 1.5-CPU pod bound before the resize down was applied")
 	kubelet("1")
 	testenv.Eventually(t, 30*time.Second, func() bool { return ev.nodeOf("late-0") == "sidecar-0" }, "the 1.5-CPU pod binds once the first is down to 2 CPU")
 	testenv.Eventually(t, 10*time.Second, func() bool { return ev.reservedCPU(ctx, "mesh") == 2000 }, "the job's reservation follows its pod down to 2 CPU")
+}
+
+// unboundFor fails the test if pod is bound within d (what fails says
+// what went wrong and the node).
+func (ev *env) unboundFor(d time.Duration, pod, what string) {
+	ev.t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if n := ev.nodeOf(pod); n != "" {
+			ev.t.Fatalf("%s: bound to %s", what, n)
+		}
+	}
 }
 
 // reservedCPU is the milli-CPU of the reservation of the job of this
