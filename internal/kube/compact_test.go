@@ -4,12 +4,16 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/shardsched/shardsched/api"
 )
 
 // fullPod is a pod as the API server sends it from a busy cluster: the
@@ -30,7 +34,7 @@ func fullPod(i int) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("trainer-%d", i), UID: types.UID(fmt.Sprint("uid-", i)),
 			CreationTimestamp: metav1.Now(), ResourceVersion: "12345",
 			Labels:          map[string]string{"app": "trainer", "job": "j1"},
-			Annotations:     map[string]string{GroupNameAnnotation: "j1", QueueNameAnnotation: "q", lastApplied: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"trainer"},"spec":{"containers":[{"name":"main","image":"registry.example.com/team/trainer:v1.2.3"}]}}`},
+			Annotations:     map[string]string{GroupNameAnnotation: "j1", QueueNameAnnotation: "q", "kubectl.kubernetes.io/last-applied-configuration": `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"trainer"},"spec":{"containers":[{"name":"main","image":"registry.example.com/team/trainer:v1.2.3"}]}}`},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j1", UID: "owner", Controller: &ctl}},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}},
 		Spec: corev1.PodSpec{
@@ -50,65 +54,130 @@ func fullPod(i int) *corev1.Pod {
 	}
 }
 
-// What the scheduler reads of a pod is the same before and after the
-// transform; what it does not read is gone.
-func TestCompactPodKeepsWhatIsRead(t *testing.T) {
+// A pod is stored as its task, converted once as it arrives: the same task
+// TaskFromPod gives for the whole pod, under the pod's key, with nothing else
+// of the pod kept; its "pods" map is the one every such task shares, and a
+// task with more scalars has its own. The transform is idempotent, and a pod
+// that cannot be converted is stored with the error naming it.
+func TestStoredPodIsItsTask(t *testing.T) {
+	onePod := map[string]int64{api.Pods: 1}
+	transform := storeTransform(onePod)
 	full := fullPod(1)
-	small := compactPod(full.DeepCopy())
 	want, err := TaskFromPod(full)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := TaskFromPod(small)
+	o, err := transform(full.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("task from the compact pod:\n%+v\nfrom the full pod:\n%+v", got, want)
+	sp, ok := o.(*storedPod)
+	if !ok {
+		t.Fatalf("a pod is stored as %T", o)
 	}
-	if ImplicitGroupName(small) != ImplicitGroupName(full) {
-		t.Fatal("the implicit group name changed")
+	if sp.err != nil || !reflect.DeepEqual(sp.task, want) {
+		t.Fatalf("stored task (err %v):\n%+v\nfrom the pod:\n%+v", sp.err, sp.task, want)
 	}
-	c := small.Spec.Containers[0]
-	switch {
-	case c.Env != nil || c.Image != "" || c.VolumeMounts != nil || c.Resources.Limits != nil:
-		t.Errorf("container keeps unread fields: %+v", c)
-	case small.Spec.Volumes != nil || small.Status.Conditions != nil || small.Status.ContainerStatuses != nil || small.Status.PodIP != "":
-		t.Error("pod keeps volumes or status beyond its phase")
-	case small.ManagedFields != nil:
-		t.Error("managed fields kept")
-	case small.Annotations[lastApplied] != "" || small.Annotations[GroupNameAnnotation] != "j1":
-		t.Errorf("annotations %v: want the group's kept and kubectl's last-applied copy gone", small.Annotations)
-	case small.Spec.Affinity.PodAntiAffinity != nil:
-		t.Error("pod anti-affinity kept (not read)")
+	if reflect.ValueOf(sp.task.Request.Scalars).Pointer() != reflect.ValueOf(onePod).Pointer() {
+		t.Error("a task whose only scalar is one pod has a map of its own")
 	}
+	if key, err := cache.MetaNamespaceKeyFunc(sp); err != nil || key != "team-a/trainer-1" {
+		t.Errorf("store key %q (%v), want team-a/trainer-1", key, err)
+	}
+	kept := metav1.ObjectMeta{Namespace: full.Namespace, Name: full.Name, UID: full.UID, ResourceVersion: full.ResourceVersion}
+	if !reflect.DeepEqual(sp.ObjectMeta, kept) {
+		t.Errorf("stored metadata %+v, want only namespace, name, UID and resource version", sp.ObjectMeta)
+	}
+	if again, err := transform(sp); err != nil || again != sp {
+		t.Errorf("transformed twice: %v (%v), want the same stored pod", again, err)
+	}
+
+	gpu := fullPod(2)
+	gpu.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = resource.MustParse("2")
+	o, err = transform(gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.(*storedPod).task.Request.Scalars; len(got) != 2 || got["nvidia.com/gpu"] != 2 || got[api.Pods] != 1 {
+		t.Errorf("a GPU pod's scalars: %v", got)
+	}
+	if len(onePod) != 1 || onePod[api.Pods] != 1 {
+		t.Errorf("the shared map became %v", onePod)
+	}
+
+	bad := fullPod(3)
+	bad.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("-1")
+	o, err = transform(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := o.(*storedPod); sp.err == nil || !strings.Contains(sp.err.Error(), "team-a/trainer-3") || sp.task.UID != "" || sp.UID != bad.UID {
+		t.Errorf("a pod with a negative request stored as %+v, %v: want the error naming it and its UID", sp.task, sp.err)
+	}
+
 	// Other objects only lose their managed fields.
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}}}
-	o, err := compactCore(n)
+	o, err = transform(n)
 	if err != nil || o.(*corev1.Node).ManagedFields != nil || o.(*corev1.Node).Name != "n" {
 		t.Fatalf("node through the transform: %+v, %v", o, err)
 	}
 }
 
-// BenchmarkPodMemory reports the heap a stored pod takes, as decoded and
-// after compactPod (bytes/pod).
+// BenchmarkPodMemory reports the heap a shard holds per pod (bytes/pod):
+// the informer's record and the task the cache keeps, for a pod of a batch
+// Job decoded as the informer decodes it (no string shared between pods),
+// stored whole ("decoded", what an informer without a transform holds) and
+// as storeTransform stores it.
 func BenchmarkPodMemory(b *testing.B) {
+	const n = 5000
+	raw := make([][]byte, n)
+	for i := range raw {
+		p := fullPod(i)
+		job := fmt.Sprint("job-", i/8)
+		p.GenerateName = job + "-"
+		p.Labels = map[string]string{"batch.kubernetes.io/controller-uid": "c0ffee-" + job, "batch.kubernetes.io/job-name": job,
+			"controller-uid": "c0ffee-" + job, "job-name": job}
+		p.Finalizers = []string{"batch.kubernetes.io/job-tracking"}
+		var err error
+		if raw[i], err = p.Marshal(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	store := storeTransform(map[string]int64{api.Pods: 1})
 	for _, c := range []struct {
 		name string
-		f    func(*corev1.Pod) *corev1.Pod
+		f    func(*corev1.Pod) (any, api.Task, error)
 	}{
-		{"full", func(p *corev1.Pod) *corev1.Pod { return p }},
-		{"compact", compactPod},
+		{"decoded", func(p *corev1.Pod) (any, api.Task, error) {
+			t, err := TaskFromPod(p)
+			return p, t, err
+		}},
+		{"stored", func(p *corev1.Pod) (any, api.Task, error) {
+			o, _ := store(p)
+			sp := o.(*storedPod)
+			return sp, sp.task, sp.err
+		}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			const n = 2000
+			type held struct {
+				informer any
+				cache    api.Task
+			}
 			for b.Loop() {
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)
-				keep := make([]*corev1.Pod, n)
+				keep := make([]held, n)
 				for i := range keep {
-					keep[i] = c.f(fullPod(i))
+					p := &corev1.Pod{}
+					if err := p.Unmarshal(raw[i]); err != nil {
+						b.Fatal(err)
+					}
+					o, t, err := c.f(p)
+					if err != nil {
+						b.Fatal(err)
+					}
+					keep[i] = held{o, t}
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)

@@ -70,18 +70,21 @@ func requestPods() []struct {
 	}
 }
 
-// PodRequest counts what kube-scheduler counts, and so does a pod cut
-// down by the informers' transform (compactPod).
+// PodRequest counts what kube-scheduler counts, and so does the task the
+// informers' transform stores (storeTransform).
 func TestPodRequestCountsWhatKubeSchedulerCounts(t *testing.T) {
+	store := storeTransform(map[string]int64{"pods": 1})
 	for _, c := range requestPods() {
-		for _, p := range []*corev1.Pod{&c.pod, compactPod(c.pod.DeepCopy())} {
-			got, err := PodRequest(p)
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-			if got.MilliCPU != c.want || got.Get("pods") != 1 {
-				t.Errorf("%s: %d milli-CPU and %d pods, want %d and 1", c.name, got.MilliCPU, got.Get("pods"), c.want)
-			}
+		got, err := PodRequest(&c.pod)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got.MilliCPU != c.want || got.Get("pods") != 1 {
+			t.Errorf("%s: %d milli-CPU and %d pods, want %d and 1", c.name, got.MilliCPU, got.Get("pods"), c.want)
+		}
+		o, _ := store(c.pod.DeepCopy())
+		if sp := o.(*storedPod); sp.err != nil || !sp.task.Request.Equal(got) {
+			t.Errorf("%s: stored %s (%v), want %s", c.name, sp.task.Request, sp.err, got)
 		}
 	}
 }
@@ -110,40 +113,19 @@ func TestPodRequestNamesANegativeQuantity(t *testing.T) {
 	}
 }
 
-// The transform keeps a pod's container statuses and resize condition
-// only while they change what it counts: a pod whose statuses say what
-// its spec asks keeps none.
-func TestCompactPodKeepsStatusesOnlyForAResize(t *testing.T) {
-	for _, c := range requestPods() {
-		small := compactPod(c.pod.DeepCopy())
-		kept := small.Status.ContainerStatuses != nil || small.Status.Conditions != nil
-		wantKept := strings.Contains(c.name, "resize")
-		if kept != wantKept {
-			t.Errorf("%s: statuses kept %v, want %v", c.name, kept, wantKept)
-		}
-		for _, st := range small.Status.ContainerStatuses {
-			if st.Image != "" || st.ContainerID != "" || st.State != (corev1.ContainerState{}) {
-				t.Errorf("%s: status keeps unread fields: %+v", c.name, st)
-			}
-		}
-	}
-}
-
 // PodRequest answers what k8s.io/component-helpers answers reading the
-// statuses, including for pods through the informers' transform, which
-// keeps a pod's statuses only during a resize and so lets PodRequest skip
-// them for most pods.
+// statuses, though it skips them for the pods that carry no resize's.
 func TestPodRequestIsComponentHelpersReadingStatuses(t *testing.T) {
-	pods := []*corev1.Pod{fullPod(1), compactPod(fullPod(2))}
+	pods := []*corev1.Pod{fullPod(1)}
 	for _, c := range requestPods() {
-		pods = append(pods, &c.pod, compactPod(c.pod.DeepCopy()))
+		pods = append(pods, &c.pod)
 	}
 	// Sub-milli CPU and fractional memory are rounded up once, on the sum.
 	odd := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "odd"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
 		{Name: "a", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500u"), corev1.ResourceMemory: resource.MustParse("100m")}}},
 		{Name: "b", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500u"), corev1.ResourceMemory: resource.MustParse("100m")}}},
 	}}}
-	pods = append(pods, odd, compactPod(odd.DeepCopy()))
+	pods = append(pods, odd)
 	for _, p := range pods {
 		want, err := ResourceFromList(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true}))
 		if err != nil {

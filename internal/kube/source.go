@@ -112,13 +112,13 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	}
 	s := &Source{
 		log: log, sink: sink, onQueues: onQueues,
-		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(compactCore)),
+		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(storeTransform(map[string]int64{api.Pods: 1}))),
 		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
 	// Pods by node, so rebuilding an out-of-sync node reads its pods only.
 	_ = s.core.Core().V1().Pods().Informer().AddIndexers(cache.Indexers{podNodeIndex: func(o any) ([]string, error) {
-		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}, nil
+		if p, ok := o.(*storedPod); ok && p.err == nil && p.task.NodeName != "" {
+			return []string{p.task.NodeName}, nil
 		}
 		return nil, nil
 	}})
@@ -135,7 +135,7 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 		AddFunc:    func(o any) { s.pod(o) },
 		UpdateFunc: func(_, o any) { s.pod(o) },
 		DeleteFunc: func(o any) {
-			if p, ok := unwrap(o).(*corev1.Pod); ok {
+			if p, ok := unwrap(o).(*storedPod); ok {
 				sink.DeleteTask(string(p.UID))
 			}
 		},
@@ -262,12 +262,8 @@ func (s *Source) NodeState(name string) (api.Node, []api.Task, error) {
 	}
 	var tasks []api.Task
 	for _, o := range objs {
-		p, ok := o.(*corev1.Pod)
-		if !ok || p.Spec.NodeName != name {
-			continue
-		}
-		if t, err := TaskFromPod(p); err == nil {
-			tasks = append(tasks, t)
+		if p, ok := o.(*storedPod); ok && p.err == nil && p.task.NodeName == name {
+			tasks = append(tasks, p.task)
 		}
 	}
 	return node, tasks, nil
@@ -295,17 +291,17 @@ func (s *Source) node(o any) {
 	s.sink.AddOrUpdateNode(v)
 }
 
+// pod hands the sink the task the transform converted (storeTransform).
 func (s *Source) pod(o any) {
-	p, ok := o.(*corev1.Pod)
+	p, ok := o.(*storedPod)
 	if !ok {
 		return
 	}
-	t, err := TaskFromPod(p)
-	if err != nil {
-		s.bad("pod", p.Namespace+"/"+p.Name, err)
+	if p.err != nil {
+		s.bad("pod", p.Namespace+"/"+p.Name, p.err)
 		return
 	}
-	s.sink.AddOrUpdateTask(t)
+	s.sink.AddOrUpdateTask(p.task)
 }
 
 func (s *Source) podGroup(o any) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,4 +115,113 @@ func TestSourceStartTellsWhatItWaitsForAndStops(t *testing.T) {
 	}
 	close(sink.release)
 	src.Shutdown()
+}
+
+// taskSink keeps the tasks it is handed, by UID, and the UIDs deleted.
+type taskSink struct {
+	nopSink
+	mu      sync.Mutex
+	tasks   map[string]api.Task
+	deleted []string
+}
+
+func (s *taskSink) AddOrUpdateTask(t api.Task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tasks[t.UID] = t
+}
+
+func (s *taskSink) DeleteTask(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tasks, uid)
+	s.deleted = append(s.deleted, uid)
+}
+
+func (s *taskSink) task(uid string) (api.Task, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tasks[uid]
+	return t, ok
+}
+
+// The pod informer stores tasks (storeTransform), and what the sink and
+// NodeState are given from them follows the pods: an update is handed on
+//, a pod that cannot be converted is left out
+// until it is fixed, a delete is told by the pod's UID, and a node's state
+// holds the tasks bound to it.
+func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pod := func(name, node, cpu, rv string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), ResourceVersion: rv},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}}}
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0", UID: "node-0"},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}
+	cs := kfake.NewSimpleClientset(node, pod("bound", "n0", "1", "1"), pod("pending", "", "2", "1"), pod("bad", "", "-1", "1"))
+	sink := &taskSink{tasks: map[string]api.Task{}}
+	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		src.Shutdown()
+	}()
+	onNode := func() []string {
+		_, tasks, err := src.NodeState("n0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, task := range tasks {
+			names = append(names, task.Name)
+		}
+		slices.Sort(names)
+		return names
+	}
+	if b, ok := sink.task("uid-bound"); !ok || b.NodeName != "n0" || b.Request.MilliCPU != 1000 || b.Request.Get(api.Pods) != 1 {
+		t.Fatalf("bound pod's task %+v (handed %v)", b, ok)
+	}
+	if _, ok := sink.task("uid-bad"); ok {
+		t.Fatal("a pod with a negative request was handed to the sink")
+	}
+	if got := onNode(); !slices.Equal(got, []string{"bound"}) {
+		t.Fatalf("tasks on n0: %v, want [bound]", got)
+	}
+
+	pods := cs.CoreV1().Pods("ns")
+	if _, err := pods.Update(ctx, pod("pending", "n0", "2", "2"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Update(ctx, pod("bad", "", "3", "2"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		p, _ := sink.task("uid-pending")
+		f, _ := sink.task("uid-bad")
+		return p.NodeName == "n0" && f.Request.MilliCPU == 3000
+	}, "the binding of one pod and the fix of another were not handed to the sink")
+	if got := onNode(); !slices.Equal(got, []string{"bound", "pending"}) {
+		t.Fatalf("tasks on n0 after the bind: %v, want [bound pending]", got)
+	}
+
+	if err := pods.Delete(ctx, "bound", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		_, ok := sink.task("uid-bound")
+		return !ok
+	}, "the deleted pod's task is still in the sink")
+	sink.mu.Lock()
+	deleted := slices.Clone(sink.deleted)
+	sink.mu.Unlock()
+	if !slices.Equal(deleted, []string{"uid-bound"}) {
+		t.Errorf("deletes told by %v, want [uid-bound]", deleted)
+	}
+	if got := onNode(); !slices.Equal(got, []string{"pending"}) {
+		t.Errorf("tasks on n0 after the delete: %v, want [pending]", got)
+	}
 }
