@@ -146,10 +146,9 @@ func (s *taskSink) task(uid string) (api.Task, bool) {
 }
 
 // The pod informer stores tasks (storeTransform), and what the sink and
-// NodeState are given from them follows the pods: an update is handed on
-// , a pod that cannot be converted is left out
-// until it is fixed, a delete is told by the pod's UID, and a node's state
-// holds the tasks bound to it.
+// NodeState are given from them follows the pods: an update is handed on,
+// a pod that cannot be converted is left out until it is fixed, a delete
+// is told by the pod's UID, and a node's state holds the tasks bound to it.
 func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
