@@ -29,13 +29,17 @@ type storedPod struct {
 }
 
 // storeTransform is the built-in informers' transform: a pod becomes its
-// storedPod, any other object loses its managed fields. It is idempotent
+// storedPod, a node is cut down to what NodeFromNode reads (compactNode),
+// any other object loses its managed fields. It is idempotent
 // (client-go may hand it what it already transformed). onePod is shared by
 // every task whose only scalar is one "pods", most of them: a map per task
 // was a seventh of what a shard kept per pod. Tasks are read-only once
 // converted (the cache shares their maps too, cache.sanitize).
 func storeTransform(onePod map[string]int64) func(any) (any, error) {
 	return func(o any) (any, error) {
+		if n, ok := o.(*corev1.Node); ok {
+			return compactNode(n), nil
+		}
 		p, ok := o.(*corev1.Pod)
 		if !ok {
 			return stripManagedFields(o)
@@ -47,6 +51,21 @@ func storeTransform(onePod map[string]int64) func(any) (any, error) {
 			sp.task.Request.Scalars = onePod
 		}
 		return sp, nil
+	}
+}
+
+// compactNode returns the part of n that NodeFromNode reads: its name, UID,
+// resource version and labels, whether it is cordoned, its taints and its
+// allocatable resources. Every shard keeps every node, and a real node's
+// object is mostly what the kubelet reports and no scheduler here reads:
+// its images (up to fifty, with every name they go by), conditions,
+// addresses, system info and the annotations of its network and storage
+// plugins.
+func compactNode(n *corev1.Node) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels},
+		Spec:       corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
+		Status:     corev1.NodeStatus{Allocatable: n.Status.Allocatable},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	schedv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -116,10 +117,115 @@ func TestStoredPodIsItsTask(t *testing.T) {
 	}
 
 	// Other objects only lose their managed fields.
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}}}
-	o, err = transform(n)
-	if err != nil || o.(*corev1.Node).ManagedFields != nil || o.(*corev1.Node).Name != "n" {
-		t.Fatalf("node through the transform: %+v, %v", o, err)
+	pc := &schedv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "high", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}, Value: 1000}
+	o, err = transform(pc)
+	if got, ok := o.(*schedv1.PriorityClass); err != nil || !ok || got.ManagedFields != nil || got.Name != "high" || got.Value != 1000 {
+		t.Fatalf("priority class through the transform: %+v, %v", o, err)
+	}
+}
+
+// fullNode is a node as a kubelet reports it on a real cluster.
+func fullNode(i int) *corev1.Node {
+	var images []corev1.ContainerImage
+	for k := range 50 {
+		images = append(images, corev1.ContainerImage{SizeBytes: 1 << 28, Names: []string{
+			fmt.Sprintf("registry.example.com/team/image-%d@sha256:%064d", k, k), fmt.Sprintf("registry.example.com/team/image-%d:v1.2.%d", k, k)}})
+	}
+	var conds []corev1.NodeCondition
+	for _, c := range []corev1.NodeConditionType{corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeNetworkUnavailable} {
+		conds = append(conds, corev1.NodeCondition{Type: c, Status: corev1.ConditionFalse, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+			Reason: "KubeletHasSufficientMemory", Message: "kubelet has sufficient memory available"})
+	}
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("8"), corev1.ResourceEphemeralStorage: resource.MustParse("500Gi")}
+	name := fmt.Sprintf("node-%d", i)
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(fmt.Sprint("node-uid-", i)), ResourceVersion: "777",
+			Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+				"topology.kubernetes.io/zone": "zone-a", "node.kubernetes.io/instance-type": "gpu-8x"},
+			Annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+				"csi.volume.kubernetes.io/nodeid": `{"ebs.csi.aws.com":"i-0123456789abcdef0"}`},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}}},
+		Spec: corev1.NodeSpec{PodCIDR: "10.1.0.0/24", ProviderID: "aws:///zone-a/i-0123456789abcdef0", Unschedulable: i%2 == 0,
+			Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity, Conditions: conds, Images: images,
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.7"}, {Type: corev1.NodeHostName, Address: name}},
+			NodeInfo: corev1.NodeSystemInfo{MachineID: "abcdef", KernelVersion: "6.1.0", OSImage: "Debian GNU/Linux 12", ContainerRuntimeVersion: "containerd://1.7.0", KubeletVersion: "v1.36.3"}},
+	}
+}
+
+// A node is stored cut down to what NodeFromNode reads: the same api.Node
+// from either, and none of what the kubelet reports beside it.
+func TestCompactNodeKeepsWhatIsRead(t *testing.T) {
+	transform := storeTransform(map[string]int64{api.Pods: 1})
+	for i := range 2 { // cordoned and not
+		full := fullNode(i)
+		want, err := NodeFromNode(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := transform(full.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		small := o.(*corev1.Node)
+		got, err := NodeFromNode(small)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("node from the stored node (%v):\n%+v\nfrom the whole node:\n%+v", err, got, want)
+		}
+		switch {
+		case small.Status.Images != nil || small.Status.Conditions != nil || small.Status.Capacity != nil || small.Status.NodeInfo != (corev1.NodeSystemInfo{}):
+			t.Errorf("node keeps its status beyond allocatable: %+v", small.Status)
+		case small.Annotations != nil || small.ManagedFields != nil || small.Spec.ProviderID != "":
+			t.Errorf("node keeps unread metadata or spec: %+v", small)
+		case small.ResourceVersion != full.ResourceVersion:
+			t.Errorf("resource version %q, want %q", small.ResourceVersion, full.ResourceVersion)
+		}
+		if again, err := transform(small); err != nil || !reflect.DeepEqual(again, small) {
+			t.Errorf("a stored node transformed again: %+v (%v)", again, err)
+		}
+	}
+}
+
+// BenchmarkNodeMemory reports the heap a stored node takes (bytes/node):
+// whole but for its managed fields (what was stored before compactNode),
+// and as the transform stores it.
+func BenchmarkNodeMemory(b *testing.B) {
+	const n = 500
+	raw := make([][]byte, n)
+	for i := range raw {
+		var err error
+		if raw[i], err = fullNode(i).Marshal(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	store := storeTransform(map[string]int64{api.Pods: 1})
+	for _, c := range []struct {
+		name string
+		f    func(*corev1.Node) any
+	}{
+		{"whole", func(n *corev1.Node) any { o, _ := stripManagedFields(n); return o }},
+		{"stored", func(n *corev1.Node) any { o, _ := store(n); return o }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				keep := make([]any, n)
+				for i := range keep {
+					nd := &corev1.Node{}
+					if err := nd.Unmarshal(raw[i]); err != nil {
+						b.Fatal(err)
+					}
+					keep[i] = c.f(nd)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/node")
+				runtime.KeepAlive(keep)
+			}
+		})
 	}
 }
 
