@@ -150,7 +150,7 @@ func fullNode(i int) *corev1.Node {
 			Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}},
 		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity, Conditions: conds, Images: images,
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.7"}, {Type: corev1.NodeHostName, Address: name}},
-			NodeInfo: corev1.NodeSystemInfo{MachineID: "abcdef", KernelVersion: "6.1.0", OSImage: "Debian GNU/Linux 12", ContainerRuntimeVersion: "containerd://1.7.0", KubeletVersion: "v1.36.3"}},
+			NodeInfo:  corev1.NodeSystemInfo{MachineID: "abcdef", KernelVersion: "6.1.0", OSImage: "Debian GNU/Linux 12", ContainerRuntimeVersion: "containerd://1.7.0", KubeletVersion: "v1.36.3"}},
 	}
 }
 
