@@ -187,6 +187,25 @@ func TestCompactNodeKeepsWhatIsRead(t *testing.T) {
 	}
 }
 
+// reportRetained reports, as unit, the heap that n objects made by build
+// (kept until measured) retain each.
+func reportRetained(b *testing.B, n int, unit string, build func(i int) any) {
+	b.Helper()
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		keep := make([]any, n)
+		for i := range keep {
+			keep[i] = build(i)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), unit)
+		runtime.KeepAlive(keep)
+	}
+}
+
 // BenchmarkNodeMemory reports the heap a stored node takes (bytes/node):
 // whole but for its managed fields (what was stored before compactNode),
 // and as the transform stores it.
@@ -208,23 +227,13 @@ func BenchmarkNodeMemory(b *testing.B) {
 		{"stored", func(n *corev1.Node) any { o, _ := store(n); return o }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			for b.Loop() {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
-				keep := make([]any, n)
-				for i := range keep {
-					nd := &corev1.Node{}
-					if err := nd.Unmarshal(raw[i]); err != nil {
-						b.Fatal(err)
-					}
-					keep[i] = c.f(nd)
+			reportRetained(b, n, "bytes/node", func(i int) any {
+				nd := &corev1.Node{}
+				if err := nd.Unmarshal(raw[i]); err != nil {
+					b.Fatal(err)
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/node")
-				runtime.KeepAlive(keep)
-			}
+				return c.f(nd)
+			})
 		})
 	}
 }
@@ -269,27 +278,17 @@ func BenchmarkPodMemory(b *testing.B) {
 				informer any
 				cache    api.Task
 			}
-			for b.Loop() {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
-				keep := make([]held, n)
-				for i := range keep {
-					p := &corev1.Pod{}
-					if err := p.Unmarshal(raw[i]); err != nil {
-						b.Fatal(err)
-					}
-					o, t, err := c.f(p)
-					if err != nil {
-						b.Fatal(err)
-					}
-					keep[i] = held{o, t}
+			reportRetained(b, n, "bytes/pod", func(i int) any {
+				p := &corev1.Pod{}
+				if err := p.Unmarshal(raw[i]); err != nil {
+					b.Fatal(err)
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/pod")
-				runtime.KeepAlive(keep)
-			}
+				o, t, err := c.f(p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return &held{o, t}
+			})
 		})
 	}
 }
