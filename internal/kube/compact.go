@@ -19,7 +19,9 @@ import (
 // what this and the cache's task do (BenchmarkPodMemory, a batch Job's pod).
 //
 // The pod informer's store therefore holds no *corev1.Pod: its generated
-// lister must not be used (it asserts that type).
+// lister must not be used (it asserts that type), nor client-go's
+// watch-list consistency check (KUBE_WATCHLIST_INCONSISTENCY_DETECTOR, a
+// setting for client-go's own CI), which asserts runtime.Object.
 type storedPod struct {
 	metav1.ObjectMeta
 	task api.Task
@@ -37,11 +39,15 @@ type storedPod struct {
 // converted (the cache shares their maps too, cache.sanitize).
 func storeTransform(onePod map[string]int64) func(any) (any, error) {
 	return func(o any) (any, error) {
-		if n, ok := o.(*corev1.Node); ok {
-			return compactNode(n), nil
-		}
-		p, ok := o.(*corev1.Pod)
-		if !ok {
+		var p *corev1.Pod
+		switch o := o.(type) {
+		case *storedPod:
+			return o, nil // the watch-list's initial events come through twice
+		case *corev1.Node:
+			return compactNode(o), nil
+		case *corev1.Pod:
+			p = o
+		default:
 			return stripManagedFields(o)
 		}
 		sp := &storedPod{ObjectMeta: metav1.ObjectMeta{
