@@ -87,7 +87,6 @@ func PodRequest(p *corev1.Pod) (api.Resource, error) {
 			return api.Resource{}, err
 		}
 	}
-	resizing := false
 	for _, statuses := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
 		for _, cs := range statuses {
 			if err := check("container "+cs.Name+" allocated resources", cs.AllocatedResources); err != nil {
@@ -98,28 +97,64 @@ func PodRequest(p *corev1.Pod) (api.Resource, error) {
 					return api.Resource{}, err
 				}
 			}
-			resizing = resizing || cs.AllocatedResources != nil || (cs.Resources != nil && cs.Resources.Requests != nil)
 		}
 	}
+	resizing := statusDiffers(p.Spec.Containers, p.Status.ContainerStatuses) || statusDiffers(p.Spec.InitContainers, p.Status.InitContainerStatuses)
 	for _, c := range p.Status.Conditions {
 		resizing = resizing || c.Type == corev1.PodResizePending
 	}
 	if p.Spec.Resources != nil && len(p.Spec.Resources.Requests) > 0 && len(p.Spec.Overhead) > 0 {
 		// PodRequests adds the overhead into a pod-level quantity it took
 		// from the pod, which for some quantities changes the pod's own:
-		// it is given a copy (pods are shared, read-only, in the cache).
+		// it is given a copy (a pod handed in is the caller's, read-only).
 		cp := *p
 		cp.Spec.Resources = p.Spec.Resources.DeepCopy()
 		p = &cp
 	}
-	// Without any status of a resize the statuses add nothing (each falls
-	// back to the spec), and reading them costs two more passes: most pods,
-	// and every one the informers' transform keeps (compactResize).
+	// While every status says what its spec asks and no resize is pending,
+	// the statuses add nothing, and reading them costs two more passes and
+	// their allocations: most running pods (a kubelet reports every running
+	// container's allocated and applied requests), converted at every event.
 	sum, err := ResourceFromList(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: resizing}))
 	if err != nil {
 		return api.Resource{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	return sum.With(api.Pods, 1), nil
+}
+
+// statusDiffers reports whether a container's allocated or applied
+// requests differ from what its spec asks (a missing quantity is zero).
+func statusDiffers(specs []corev1.Container, statuses []corev1.ContainerStatus) bool {
+	for _, st := range statuses {
+		var want corev1.ResourceList
+		for _, c := range specs {
+			if c.Name == st.Name {
+				want = c.Resources.Requests
+				break
+			}
+		}
+		if st.AllocatedResources != nil && !sameQuantities(st.AllocatedResources, want) {
+			return true
+		}
+		if st.Resources != nil && st.Resources.Requests != nil && !sameQuantities(st.Resources.Requests, want) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameQuantities(a, b corev1.ResourceList) bool {
+	for name, q := range a {
+		if w := b[name]; q.Cmp(w) != 0 {
+			return false
+		}
+	}
+	for name, w := range b {
+		if _, ok := a[name]; !ok && !w.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // TaskFromPod converts a Pod.
