@@ -9,6 +9,14 @@
 //	         latency is create→bound.
 //	backlog  every pod is created first, then the scheduler is started and
 //	         the clock starts with it; latency is scheduler start→bound.
+//	restart  the shardsched-proc-N systems' start-up at a size the other
+//	         modes cannot fill in a session (-pods up to 300,000: 250,000
+//	         on 16,000 nodes is 1M cores): the pods are created already
+//	         bound, round-robin over the nodes, and kwok marks them
+//	         running; once the machine is quiet the system's first start
+//	         is timed to every shard's /readyz, then shard-0 is restarted
+//	         -restarts times and kube-scheduler started cold as the
+//	         baseline. Identical pods only (no -workload). See restart.go.
 //	chaos    not a mode of -systems: -chaos-shards shardsched shards as OS
 //	         processes (cmd/shardsched, built with go build unless
 //	         -shardsched-bin is given) on an etcd of their own, while
@@ -76,6 +84,7 @@
 //	make bench-tools                                   # once: builds kube-scheduler
 //	go run ./bench/realbench                           # 1,000 nodes × 64 CPU, 10,000 pods
 //	go run ./bench/realbench -nodes 200 -pods 2000 -modes stream,backlog -out /tmp/realbench
+//	go run ./bench/realbench -nodes 16000 -pods 250000 -groups 2500 -warmup 0 -modes restart -systems shardsched-proc-1 -quiet-max 10m
 //	go run ./bench/realbench -nodes 200 -pods 6000 -rate 100 -modes chaos -out /tmp/realbench-chaos
 //	go run ./bench/realbench -nodes 200 -warmup 0 -modes faults -fault-seeds 20 -out /tmp/realbench-faults
 //	go run ./bench/realbench -workload bench/workloads/churn.yaml -tier 100k -nodes 1000 -pods 10000 -systems binder,shardsched-1,kube-scheduler-qps
@@ -172,10 +181,10 @@ func main() {
 	flag.Uint64Var(&seed, "seed", 1, "seed of -workload's generator")
 	flag.IntVar(&o.warmup, "warmup", 1000, "pods the binder binds before the measured runs, to warm up the API server and etcd (not reported; 0: none)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the scheduling part of one run")
-	flag.Float64Var(&o.quiet.below, "quiet-below", 0.3, "stream and backlog modes: before each run, wait until the whole machine is busy below this many cores over a second (the run before's deletes still being worked through), at most -quiet-max (0: do not wait)")
+	flag.Float64Var(&o.quiet.below, "quiet-below", 0.3, "stream, backlog and restart modes: before each run (and in restart mode before the restarts), wait until the whole machine is busy below this many cores over a second (the run before's deletes still being worked through), at most -quiet-max (0: do not wait)")
 	flag.DurationVar(&o.quiet.max, "quiet-max", time.Minute, "the longest wait for -quiet-below, after which the run starts anyway (1s..10m)")
 	flag.DurationVar(&o.idleWindow, "idle-window", 5*time.Second, "stream mode: how long each run first measures every process's CPU with its system started and no pod (0: not measured; at most 1m)")
-	flag.StringVar(&modes, "modes", modeStream, "modes to run, comma-separated: stream, backlog, chaos")
+	flag.StringVar(&modes, "modes", modeStream, "modes to run, comma-separated: stream, backlog, restart, chaos, faults")
 	flag.StringVar(&modes, "mode", modeStream, "same as -modes")
 	flag.StringVar(&systems, "systems", "binder,shardsched-1,shardsched-3,kube-scheduler,kube-scheduler-qps",
 		"systems to run, in order; the first is the baseline of the ratios")
@@ -206,6 +215,11 @@ func main() {
 	if err := o.loadWorkload(workload, tier, seed); err != nil {
 		fail(2, err)
 	}
+	if slices.Contains(o.modes, modeRestart) {
+		if err := checkRestartOptions(&o); err != nil {
+			fail(2, err)
+		}
+	}
 	if o.profileSeconds > 0 || o.apiProfileSeconds > 0 {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			fail(2, fmt.Errorf("-out: %w", err))
@@ -233,8 +247,8 @@ func (o *options) parse(modes, systems string) error {
 	switch {
 	case o.nodes < 1 || o.nodes > 20000:
 		return fmt.Errorf("-nodes=%d: must be 1..20000", o.nodes)
-	case o.pods < 1 || o.pods > 200000:
-		return fmt.Errorf("-pods=%d: must be 1..200000", o.pods)
+	case o.pods < 1 || o.pods > maxRestartPods:
+		return fmt.Errorf("-pods=%d: must be 1..%d", o.pods, maxRestartPods)
 	case o.creators < 1 || o.creators > 256:
 		return fmt.Errorf("-creators=%d: must be 1..256", o.creators)
 	case o.groups < 1 || o.groups > o.pods:
@@ -276,8 +290,8 @@ func (o *options) parse(modes, systems string) error {
 		return fmt.Errorf("-fault-scenarios: %w", err)
 	}
 	for _, m := range splitList(modes) {
-		if m != modeStream && m != modeBacklog && m != modeChaos && m != modeFaults {
-			return fmt.Errorf("-modes: unknown mode %q (stream, backlog, chaos or faults)", m)
+		if m != modeStream && m != modeBacklog && m != modeRestart && m != modeChaos && m != modeFaults {
+			return fmt.Errorf("-modes: unknown mode %q (stream, backlog, restart, chaos or faults)", m)
 		}
 		if slices.Contains(o.modes, m) {
 			return fmt.Errorf("-modes: %q is listed twice", m)
@@ -302,6 +316,9 @@ func (o *options) parse(modes, systems string) error {
 	}
 	if len(o.systems) == 0 {
 		return errors.New("-systems: empty")
+	}
+	if slices.ContainsFunc(o.modes, func(m string) bool { return m == modeStream || m == modeBacklog }) && o.pods > maxSchedulePods {
+		return fmt.Errorf("-pods=%d: at most %d in stream and backlog modes (up to %d in restart mode alone)", o.pods, maxSchedulePods, maxRestartPods)
 	}
 	return nil
 }
@@ -460,9 +477,16 @@ func run(o options) error {
 				}
 				continue
 			}
-			for _, sys := range o.systems {
+			for si, sys := range o.systems {
 				fmt.Fprintf(os.Stderr, "running %s, %s mode: %d pods%s...\n", sys.name, mode, o.pods, o.workloadNote())
-				r, err := runOne(ctx, o, env, mode, sys, len(results)+len(chaosRuns)+1)
+				var r result
+				var err error
+				if mode == modeRestart {
+					last := mode == o.modes[len(o.modes)-1] && si == len(o.systems)-1
+					r, err = runRestart(ctx, o, env, sys, len(results)+len(chaosRuns)+1, last)
+				} else {
+					r, err = runOne(ctx, o, env, mode, sys, len(results)+len(chaosRuns)+1)
+				}
 				if err != nil {
 					return fmt.Errorf("%s, %s mode: %w", sys.name, mode, err)
 				}

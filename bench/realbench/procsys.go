@@ -98,7 +98,26 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 			return sum
 		},
 		check: func() error { return unexpectedExit(shards) },
-		stop:  stop,
+		ready: func(ctx context.Context, timeout time.Duration) error {
+			for _, s := range shards {
+				if err := s.proc.waitReady(ctx, s.readyz, timeout); err != nil {
+					return fmt.Errorf("%s: %w", s.name, err)
+				}
+			}
+			return nil
+		},
+		sinceStart: func() (time.Duration, float64) {
+			var cpu time.Duration
+			var peak float64
+			for _, s := range shards {
+				cpu += s.proc.cpu()
+				if rss, err := procstat.PeakRSSMiBOf(s.proc.cmd.Process.Pid); err == nil {
+					peak = max(peak, rss)
+				}
+			}
+			return cpu, peak
+		},
+		stop: stop,
 		finish: func(ctx context.Context) (finished, error) {
 			var f finished
 			for _, s := range shards {

@@ -92,6 +92,12 @@ type instance struct {
 	cpu func() time.Duration
 	// check returns an error once the system has died.
 	check func() error
+	// ready, when set, waits until every part of the system says it is
+	// ready (its /readyz), at most timeout; sinceStart then gives the CPU
+	// its processes used since they started (start-up included, which cpu
+	// leaves out) and the largest peak RSS among them.
+	ready      func(ctx context.Context, timeout time.Duration) error
+	sinceStart func() (cpu time.Duration, peakRSSMiB float64)
 	// stop ends the system, waits for it and returns its peak RSS in KiB.
 	stop func() (peakRSSKiB int64)
 	// finish, when set, is called once the run's pods are bound, before
