@@ -122,14 +122,20 @@ func (w *bindWatch) counts() (seen, bound int) {
 	return len(w.seen), len(w.bound)
 }
 
+// newRunSpec is the index-th run of the system named sys in mode: a
+// namespace and a schedulerName of its own.
+func newRunSpec(index int, mode, sys string, pods int) runSpec {
+	return runSpec{
+		index:     index,
+		namespace: fmt.Sprintf("bench-%d-%s-%s", index, mode, sys),
+		schedName: fmt.Sprintf("bench-%s-%s", mode, sys),
+		pods:      pods,
+	}
+}
+
 // runOne runs sys once in mode on its own namespace, then deletes the pods.
 func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysSpec, index int) (result, error) {
-	run := runSpec{
-		index:     index,
-		namespace: fmt.Sprintf("bench-%d-%s-%s", index, mode, sys.name),
-		schedName: fmt.Sprintf("bench-%s-%s", mode, sys.name),
-		pods:      o.pods,
-	}
+	run := newRunSpec(index, mode, sys.name, o.pods)
 	plan, err := o.plan(run)
 	if err != nil {
 		return result{}, err

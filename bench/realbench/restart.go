@@ -69,12 +69,7 @@ func roundRobinBinder(create func(context.Context, *corev1.Pod) (*corev1.Pod, er
 // last run of an invocation leaves its pods to the control plane's end
 // (deleting 250,000 pods one page at a time takes minutes).
 func runRestart(ctx context.Context, o options, env *benchEnv, sys sysSpec, index int, last bool) (result, error) {
-	run := runSpec{
-		index:     index,
-		namespace: fmt.Sprintf("bench-%d-%s-%s", index, modeRestart, sys.name),
-		schedName: fmt.Sprintf("bench-%s-%s", modeRestart, sys.name),
-		pods:      o.pods,
-	}
+	run := newRunSpec(index, modeRestart, sys.name, o.pods)
 	plan := uniformPlan(o.pods, o.groups, run)
 	if err := createNamespace(ctx, env, run, plan.groups); err != nil {
 		return result{}, err
