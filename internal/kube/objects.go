@@ -61,45 +61,59 @@ func NodeFromNode(n *corev1.Node) (api.Node, error) {
 // quantity is an error naming the container or field, and so is a sum
 // too large to count.
 func PodRequest(p *corev1.Pod) (api.Resource, error) {
-	check := func(what string, list corev1.ResourceList) error {
+	// check refuses a negative quantity in list; what names the list, and
+	// is only built for the error (this runs at every pod event).
+	check := func(list corev1.ResourceList, what func() string) error {
 		for name, q := range list {
 			if q.Sign() < 0 {
-				return fmt.Errorf("pod %s/%s %s: %w: %s is %s", p.Namespace, p.Name, what, api.ErrNegative, name, q.String())
+				return fmt.Errorf("pod %s/%s %s: %w: %s is %s", p.Namespace, p.Name, what(), api.ErrNegative, name, q.String())
 			}
 		}
 		return nil
 	}
 	for _, c := range p.Spec.Containers {
-		if err := check("container "+c.Name, c.Resources.Requests); err != nil {
+		if err := check(c.Resources.Requests, func() string { return "container " + c.Name }); err != nil {
 			return api.Resource{}, err
 		}
 	}
 	for _, c := range p.Spec.InitContainers {
-		if err := check("init container "+c.Name, c.Resources.Requests); err != nil {
+		if err := check(c.Resources.Requests, func() string { return "init container " + c.Name }); err != nil {
 			return api.Resource{}, err
 		}
 	}
-	if err := check("overhead", p.Spec.Overhead); err != nil {
+	if err := check(p.Spec.Overhead, func() string { return "overhead" }); err != nil {
 		return api.Resource{}, err
 	}
 	if p.Spec.Resources != nil {
-		if err := check("pod-level requests", p.Spec.Resources.Requests); err != nil {
+		if err := check(p.Spec.Resources.Requests, func() string { return "pod-level requests" }); err != nil {
 			return api.Resource{}, err
 		}
 	}
-	for _, statuses := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
-		for _, cs := range statuses {
-			if err := check("container "+cs.Name+" allocated resources", cs.AllocatedResources); err != nil {
+	// The statuses are checked, and compared with what their specs ask, in
+	// one pass: resizing once an allocated or applied request differs.
+	resizing := false
+	for _, g := range [...]struct {
+		specs    []corev1.Container
+		statuses []corev1.ContainerStatus
+	}{{p.Spec.Containers, p.Status.ContainerStatuses}, {p.Spec.InitContainers, p.Status.InitContainerStatuses}} {
+		for _, cs := range g.statuses {
+			if err := check(cs.AllocatedResources, func() string { return "container " + cs.Name + " allocated resources" }); err != nil {
 				return api.Resource{}, err
 			}
+			var applied corev1.ResourceList
 			if cs.Resources != nil {
-				if err := check("container "+cs.Name+" applied requests", cs.Resources.Requests); err != nil {
+				applied = cs.Resources.Requests
+				if err := check(applied, func() string { return "container " + cs.Name + " applied requests" }); err != nil {
 					return api.Resource{}, err
 				}
 			}
+			if !resizing && (cs.AllocatedResources != nil || applied != nil) {
+				want := specRequests(g.specs, cs.Name)
+				resizing = (cs.AllocatedResources != nil && !sameQuantities(cs.AllocatedResources, want)) ||
+					(applied != nil && !sameQuantities(applied, want))
+			}
 		}
 	}
-	resizing := statusDiffers(p.Spec.Containers, p.Status.ContainerStatuses) || statusDiffers(p.Spec.InitContainers, p.Status.InitContainerStatuses)
 	for _, c := range p.Status.Conditions {
 		resizing = resizing || c.Type == corev1.PodResizePending
 	}
@@ -122,27 +136,19 @@ func PodRequest(p *corev1.Pod) (api.Resource, error) {
 	return sum.With(api.Pods, 1), nil
 }
 
-// statusDiffers reports whether a container's allocated or applied
-// requests differ from what its spec asks (a missing quantity is zero).
-func statusDiffers(specs []corev1.Container, statuses []corev1.ContainerStatus) bool {
-	for _, st := range statuses {
-		var want corev1.ResourceList
-		for _, c := range specs {
-			if c.Name == st.Name {
-				want = c.Resources.Requests
-				break
-			}
-		}
-		if st.AllocatedResources != nil && !sameQuantities(st.AllocatedResources, want) {
-			return true
-		}
-		if st.Resources != nil && st.Resources.Requests != nil && !sameQuantities(st.Resources.Requests, want) {
-			return true
+// specRequests is what the container named asks in specs (nil when none
+// is named so).
+func specRequests(specs []corev1.Container, name string) corev1.ResourceList {
+	for _, c := range specs {
+		if c.Name == name {
+			return c.Resources.Requests
 		}
 	}
-	return false
+	return nil
 }
 
+// sameQuantities reports whether a and b ask the same (a missing quantity
+// is zero).
 func sameQuantities(a, b corev1.ResourceList) bool {
 	for name, q := range a {
 		if w := b[name]; q.Cmp(w) != 0 {
