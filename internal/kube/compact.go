@@ -3,6 +3,7 @@ package kube
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -23,7 +24,7 @@ import (
 // watch-list consistency check (KUBE_WATCHLIST_INCONSISTENCY_DETECTOR, a
 // setting for client-go's own CI), which asserts runtime.Object.
 type storedPod struct {
-	metav1.ObjectMeta
+	podMeta
 	task api.Task
 	// err is why the pod could not be converted (task is then empty): the
 	// handlers report it and leave the cache as it was.
@@ -31,13 +32,11 @@ type storedPod struct {
 }
 
 // storeTransform is the built-in informers' transform: a pod becomes its
-// storedPod, a node is cut down to what NodeFromNode reads (compactNode),
-// any other object loses its managed fields. It is idempotent
-// (client-go may hand it what it already transformed). onePod is shared by
-// every task whose only scalar is one "pods", most of them: a map per task
-// was a seventh of what a shard kept per pod. Tasks are read-only once
-// converted (the cache shares their maps too, cache.sanitize).
-func storeTransform(onePod map[string]int64) func(any) (any, error) {
+// storedPod, its common parts shared with other pods' (podInterner), a node
+// is cut down to what NodeFromNode reads (compactNode), any other object
+// loses its managed fields. It is idempotent (client-go may hand it what it
+// already transformed).
+func storeTransform(in *podInterner) func(any) (any, error) {
 	return func(o any) (any, error) {
 		var p *corev1.Pod
 		switch o := o.(type) {
@@ -50,15 +49,59 @@ func storeTransform(onePod map[string]int64) func(any) (any, error) {
 		default:
 			return stripManagedFields(o)
 		}
-		sp := &storedPod{ObjectMeta: metav1.ObjectMeta{
-			Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion}}
+		sp := &storedPod{podMeta: podMeta{namespace: p.Namespace, name: p.Name, uid: p.UID, resourceVersion: p.ResourceVersion}}
 		sp.task, sp.err = TaskFromPod(p)
-		if s := sp.task.Request.Scalars; len(s) == 1 && s[api.Pods] == 1 {
-			sp.task.Request.Scalars = onePod
+		if sp.err == nil {
+			in.task(&sp.task)
+			sp.namespace = sp.task.Namespace
 		}
 		return sp, nil
 	}
 }
+
+// podMeta is the metadata a stored pod keeps: 64 bytes where a
+// metav1.ObjectMeta, nearly all of it empty, took 232 for every pod of the
+// cluster. It is the metav1.Object client-go reads (the store's key, the
+// resource versions); a field it does not keep reads as empty and setting
+// one does nothing, as metav1.Object allows for an object without it.
+type podMeta struct {
+	namespace, name string
+	uid             types.UID
+	resourceVersion string
+}
+
+var _ metav1.Object = (*podMeta)(nil)
+
+func (m *podMeta) GetNamespace() string                        { return m.namespace }
+func (m *podMeta) SetNamespace(namespace string)               { m.namespace = namespace }
+func (m *podMeta) GetName() string                             { return m.name }
+func (m *podMeta) SetName(name string)                         { m.name = name }
+func (m *podMeta) GetUID() types.UID                           { return m.uid }
+func (m *podMeta) SetUID(uid types.UID)                        { m.uid = uid }
+func (m *podMeta) GetResourceVersion() string                  { return m.resourceVersion }
+func (m *podMeta) SetResourceVersion(version string)           { m.resourceVersion = version }
+func (*podMeta) GetGenerateName() string                       { return "" }
+func (*podMeta) SetGenerateName(string)                        {}
+func (*podMeta) GetGeneration() int64                          { return 0 }
+func (*podMeta) SetGeneration(int64)                           {}
+func (*podMeta) GetSelfLink() string                           { return "" }
+func (*podMeta) SetSelfLink(string)                            {}
+func (*podMeta) GetCreationTimestamp() metav1.Time             { return metav1.Time{} }
+func (*podMeta) SetCreationTimestamp(metav1.Time)              {}
+func (*podMeta) GetDeletionTimestamp() *metav1.Time            { return nil }
+func (*podMeta) SetDeletionTimestamp(*metav1.Time)             {}
+func (*podMeta) GetDeletionGracePeriodSeconds() *int64         { return nil }
+func (*podMeta) SetDeletionGracePeriodSeconds(*int64)          {}
+func (*podMeta) GetLabels() map[string]string                  { return nil }
+func (*podMeta) SetLabels(map[string]string)                   {}
+func (*podMeta) GetAnnotations() map[string]string             { return nil }
+func (*podMeta) SetAnnotations(map[string]string)              {}
+func (*podMeta) GetFinalizers() []string                       { return nil }
+func (*podMeta) SetFinalizers([]string)                        {}
+func (*podMeta) GetOwnerReferences() []metav1.OwnerReference   { return nil }
+func (*podMeta) SetOwnerReferences([]metav1.OwnerReference)    {}
+func (*podMeta) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
+func (*podMeta) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
 
 // compactNode returns the part of n that NodeFromNode reads: its name, UID,
 // resource version and labels, whether it is cordoned, its taints and its

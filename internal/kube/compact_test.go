@@ -6,9 +6,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	schedv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,8 +63,9 @@ func fullPod(i int) *corev1.Pod {
 // task with more scalars has its own. The transform is idempotent, and a pod
 // that cannot be converted is stored with the error naming it.
 func TestStoredPodIsItsTask(t *testing.T) {
-	onePod := map[string]int64{api.Pods: 1}
-	transform := storeTransform(onePod)
+	in := newPodInterner()
+	onePod := in.onePod
+	transform := storeTransform(in)
 	full := fullPod(1)
 	want, err := TaskFromPod(full)
 	if err != nil {
@@ -85,9 +88,12 @@ func TestStoredPodIsItsTask(t *testing.T) {
 	if key, err := cache.MetaNamespaceKeyFunc(sp); err != nil || key != "team-a/trainer-1" {
 		t.Errorf("store key %q (%v), want team-a/trainer-1", key, err)
 	}
-	kept := metav1.ObjectMeta{Namespace: full.Namespace, Name: full.Name, UID: full.UID, ResourceVersion: full.ResourceVersion}
-	if !reflect.DeepEqual(sp.ObjectMeta, kept) {
-		t.Errorf("stored metadata %+v, want only namespace, name, UID and resource version", sp.ObjectMeta)
+	kept := podMeta{namespace: full.Namespace, name: full.Name, uid: full.UID, resourceVersion: full.ResourceVersion}
+	if sp.podMeta != kept {
+		t.Errorf("stored metadata %+v, want namespace, name, UID and resource version %+v", sp.podMeta, kept)
+	}
+	if m, err := meta.Accessor(sp); err != nil || m.GetResourceVersion() != "12345" || m.GetUID() != full.UID || m.GetLabels() != nil {
+		t.Errorf("client-go reads the stored pod's metadata as %+v (%v)", m, err)
 	}
 	if again, err := transform(sp); err != nil || again != sp {
 		t.Errorf("transformed twice: %v (%v), want the same stored pod", again, err)
@@ -112,7 +118,7 @@ func TestStoredPodIsItsTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sp := o.(*storedPod); sp.err == nil || !strings.Contains(sp.err.Error(), "team-a/trainer-3") || sp.task.UID != "" || sp.UID != bad.UID {
+	if sp := o.(*storedPod); sp.err == nil || !strings.Contains(sp.err.Error(), "team-a/trainer-3") || sp.task.UID != "" || sp.uid != bad.UID {
 		t.Errorf("a pod with a negative request stored as %+v, %v: want the error naming it and its UID", sp.task, sp.err)
 	}
 
@@ -121,6 +127,120 @@ func TestStoredPodIsItsTask(t *testing.T) {
 	o, err = transform(pc)
 	if got, ok := o.(*schedv1.PriorityClass); err != nil || !ok || got.ManagedFields != nil || got.Name != "high" || got.Value != 1000 {
 		t.Fatalf("priority class through the transform: %+v, %v", o, err)
+	}
+}
+
+// decoded is p as an informer receives it: decoded from the wire, no string
+// shared with any other pod.
+func decoded(t testing.TB, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	raw, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &corev1.Pod{}
+	if err := out.Unmarshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// admitted adds the tolerations the API server's admission gives every pod.
+func admitted(p *corev1.Pod) *corev1.Pod {
+	five := int64(300)
+	p.Spec.Tolerations = append(p.Spec.Tolerations,
+		corev1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &five},
+		corev1.Toleration{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &five})
+	return p
+}
+
+// Stored pods share what they have in common (the strings the scheduler's
+// tasks keep, equal toleration lists) and nothing that differs: each stored
+// task stays equal to the one TaskFromPod gives for its pod.
+func TestStoredPodsShareWhatTheyHaveInCommon(t *testing.T) {
+	storeWith := func(in *podInterner, p *corev1.Pod) api.Task {
+		t.Helper()
+		want, err := TaskFromPod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := storeTransform(in)(p)
+		if err != nil || o.(*storedPod).err != nil {
+			t.Fatalf("%v %v", err, o.(*storedPod).err)
+		}
+		sp := o.(*storedPod)
+		if !reflect.DeepEqual(sp.task, want) {
+			t.Fatalf("stored task:\n%+v\nfrom the pod:\n%+v", sp.task, want)
+		}
+		if sp.namespace != p.Namespace || unsafe.StringData(sp.namespace) != unsafe.StringData(sp.task.Namespace) {
+			t.Errorf("the stored pod's namespace %q is not its task's", sp.namespace)
+		}
+		return sp.task
+	}
+	in := newPodInterner()
+	store := func(p *corev1.Pod) api.Task { t.Helper(); return storeWith(in, p) }
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	a := store(decoded(t, admitted(fullPod(1))))
+	b := store(decoded(t, admitted(fullPod(2))))
+	for _, f := range []struct{ name, a, b string }{
+		{"namespace", a.Namespace, b.Namespace}, {"job", a.Job, b.Job}, {"queue", a.Queue, b.Queue},
+		{"node", a.NodeName, b.NodeName}, {"scheduler", a.SchedulerName, b.SchedulerName},
+	} {
+		if !same(f.a, f.b) {
+			t.Errorf("two pods' %s %q kept twice", f.name, f.a)
+		}
+	}
+	if same(a.Name, b.Name) || same(a.UID, b.UID) {
+		t.Error("two pods share a name or a UID")
+	}
+	if len(a.Tolerations) != 3 || &a.Tolerations[0] != &b.Tolerations[0] {
+		t.Errorf("two pods' equal tolerations kept twice: %v", a.Tolerations)
+	}
+	if cap(a.Tolerations) != len(a.Tolerations) {
+		t.Errorf("a shared list has room for an append to write into: len %d cap %d", len(a.Tolerations), cap(a.Tolerations))
+	}
+
+	// A list that differs in one field is a list of its own; the strings it
+	// has in common with the others are still shared.
+	odd := admitted(fullPod(3))
+	odd.Spec.Tolerations[2].Effect = corev1.TaintEffectNoSchedule
+	c := store(decoded(t, odd))
+	if &c.Tolerations[0] == &a.Tolerations[0] || c.Tolerations[2].Effect != "NoSchedule" || a.Tolerations[2].Effect != "NoExecute" {
+		t.Errorf("a different list shared: %v and %v", c.Tolerations, a.Tolerations)
+	}
+	if !same(c.Tolerations[1].Key, a.Tolerations[1].Key) {
+		t.Error("the same toleration key kept twice")
+	}
+	// Lists whose fields run together the same way are different lists
+	// (the key cannot run one field into the next).
+	two := fullPod(4)
+	two.Spec.Tolerations = []corev1.Toleration{{Key: "a", Operator: corev1.TolerationOpExists}, {Key: "b", Operator: corev1.TolerationOpExists}}
+	d := store(decoded(t, two))
+	one := fullPod(5)
+	one.Spec.Tolerations = []corev1.Toleration{{Key: "aExistsb", Operator: corev1.TolerationOpExists}}
+	e := store(decoded(t, one)) // storeWith compares it with the pod's
+	if len(d.Tolerations) != 2 || len(e.Tolerations) != 1 {
+		t.Errorf("tolerations %v and %v", d.Tolerations, e.Tolerations)
+	}
+
+	// A table at its bound starts over: it never holds more than its
+	// bound, and what comes after is shared again (a pod whose strings came
+	// as the table started over may have some kept apart from the next
+	// one's, so the second and third of three equal pods are compared).
+	small := newPodInterner()
+	small.maxStrings, small.maxLists = 8, 2
+	for i := range 6 {
+		p := fullPod(10 + i)
+		p.Spec.Tolerations = []corev1.Toleration{{Key: fmt.Sprint("key-", i), Operator: corev1.TolerationOpExists}}
+		p.Spec.NodeName = fmt.Sprint("node-", i)
+		storeWith(small, decoded(t, p))
+		x, y := storeWith(small, decoded(t, p)), storeWith(small, decoded(t, p))
+		if &x.Tolerations[0] != &y.Tolerations[0] || !same(x.NodeName, y.NodeName) || !same(x.Tolerations[0].Key, y.Tolerations[0].Key) {
+			t.Errorf("pod %d: two equal pods share nothing once the tables started over: %v, %v", i, x.Tolerations, y.Tolerations)
+		}
+		if len(small.strs) > 8 || len(small.tolerations) > 2 {
+			t.Fatalf("pod %d: the tables hold %d strings and %d lists, past their bounds", i, len(small.strs), len(small.tolerations))
+		}
 	}
 }
 
@@ -157,7 +277,7 @@ func fullNode(i int) *corev1.Node {
 // A node is stored cut down to what NodeFromNode reads: the same api.Node
 // from either, and none of what the kubelet reports beside it.
 func TestCompactNodeKeepsWhatIsRead(t *testing.T) {
-	transform := storeTransform(map[string]int64{api.Pods: 1})
+	transform := storeTransform(newPodInterner())
 	for i := range 2 { // cordoned and not
 		full := fullNode(i)
 		want, err := NodeFromNode(full)
@@ -218,7 +338,7 @@ func BenchmarkNodeMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	store := storeTransform(map[string]int64{api.Pods: 1})
+	store := storeTransform(newPodInterner())
 	for _, c := range []struct {
 		name string
 		f    func(*corev1.Node) any
@@ -240,14 +360,15 @@ func BenchmarkNodeMemory(b *testing.B) {
 
 // BenchmarkPodMemory reports the heap a shard holds per pod (bytes/pod):
 // the informer's record and the task the cache keeps, for a pod of a batch
-// Job decoded as the informer decodes it (no string shared between pods),
+// Job as the API server admitted it (admitted) decoded as the informer
+// decodes it (no string shared between pods),
 // stored whole ("decoded", what an informer without a transform holds) and
 // as storeTransform stores it.
 func BenchmarkPodMemory(b *testing.B) {
 	const n = 5000
 	raw := make([][]byte, n)
 	for i := range raw {
-		p := fullPod(i)
+		p := admitted(fullPod(i))
 		job := fmt.Sprint("job-", i/8)
 		p.GenerateName = job + "-"
 		p.Labels = map[string]string{"batch.kubernetes.io/controller-uid": "c0ffee-" + job, "batch.kubernetes.io/job-name": job,
@@ -258,7 +379,7 @@ func BenchmarkPodMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	store := storeTransform(map[string]int64{api.Pods: 1})
+	var store func(any) (any, error)
 	for _, c := range []struct {
 		name string
 		f    func(*corev1.Pod) (any, api.Task, error)
@@ -279,6 +400,10 @@ func BenchmarkPodMemory(b *testing.B) {
 				cache    api.Task
 			}
 			reportRetained(b, n, "bytes/pod", func(i int) any {
+				if i == 0 {
+					// A table of its own for every run: it is counted.
+					store = storeTransform(newPodInterner())
+				}
 				p := &corev1.Pod{}
 				if err := p.Unmarshal(raw[i]); err != nil {
 					b.Fatal(err)

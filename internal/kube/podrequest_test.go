@@ -73,7 +73,7 @@ func requestPods() []struct {
 // PodRequest counts what kube-scheduler counts, and so does the task the
 // informers' transform stores (storeTransform).
 func TestPodRequestCountsWhatKubeSchedulerCounts(t *testing.T) {
-	store := storeTransform(map[string]int64{"pods": 1})
+	store := storeTransform(newPodInterner())
 	for _, c := range requestPods() {
 		got, err := PodRequest(&c.pod)
 		if err != nil {

@@ -112,7 +112,7 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	}
 	s := &Source{
 		log: log, sink: sink, onQueues: onQueues,
-		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(storeTransform(map[string]int64{api.Pods: 1}))),
+		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(storeTransform(newPodInterner()))),
 		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
 	// Pods by node, so rebuilding an out-of-sync node reads its pods only.
@@ -136,7 +136,7 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 		UpdateFunc: func(_, o any) { s.pod(o) },
 		DeleteFunc: func(o any) {
 			if p, ok := unwrap(o).(*storedPod); ok {
-				sink.DeleteTask(string(p.UID))
+				sink.DeleteTask(string(p.uid))
 			}
 		},
 	})
@@ -298,7 +298,7 @@ func (s *Source) pod(o any) {
 		return
 	}
 	if p.err != nil {
-		s.bad("pod", p.Namespace+"/"+p.Name, p.err)
+		s.bad("pod", p.namespace+"/"+p.name, p.err)
 		return
 	}
 	s.sink.AddOrUpdateTask(p.task)
