@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -110,6 +112,9 @@ type schedulerProcess struct {
 	log  string
 	done chan struct{} // closed once cmd.Wait returned
 	err  error         // cmd.Wait's error, set before done is closed
+	// hwmKiB is the highest peak RSS (VmHWM) read from /proc while the
+	// process ran.
+	hwmKiB atomic.Int64
 }
 
 func startSchedulerProcess(dir, bin string, args ...string) (*schedulerProcess, error) {
@@ -184,10 +189,32 @@ func (p *schedulerProcess) cpu() time.Duration {
 	return d
 }
 
+// peakRSSKiB is the process's peak RSS so far (its VmHWM) while it runs,
+// and the last one read once it has exited. Never its rusage: a child
+// started by fork and exec carries in its ru_maxrss the high-water mark of
+// the process it was forked from (Linux keeps it across exec), and the
+// harness holds every pod of the run (at 250,000 pods the shard's "peak"
+// was the harness's 1.6 GiB).
+func (p *schedulerProcess) peakRSSKiB() int64 {
+	if !p.exited() {
+		if mib, err := procstat.PeakRSSMiBOf(p.cmd.Process.Pid); err == nil {
+			kib := int64(math.Round(mib * 1024))
+			for {
+				cur := p.hwmKiB.Load()
+				if kib <= cur || p.hwmKiB.CompareAndSwap(cur, kib) {
+					break
+				}
+			}
+		}
+	}
+	return p.hwmKiB.Load()
+}
+
 // stop sends SIGTERM to the process group, SIGKILL after 10 s, waits for
-// the process and returns its peak RSS in KiB.
+// the process and returns its peak RSS in KiB up to the stop (peakRSSKiB).
 func (p *schedulerProcess) stop() int64 {
 	pgid := p.cmd.Process.Pid
+	peak := p.peakRSSKiB()
 	if !p.exited() {
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		select {
@@ -199,8 +226,5 @@ func (p *schedulerProcess) stop() int64 {
 	}
 	// Nothing else of the group may outlive the run.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss
-	}
-	return 0
+	return peak
 }

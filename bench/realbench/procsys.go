@@ -135,7 +135,7 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 				if err != nil {
 					return finished{}, fmt.Errorf("%s: %w", s.name, err)
 				}
-				f.notes = append(f.notes, fmt.Sprintf("%s: %.1f CPU s over the run, peak RSS %.0f MiB", s.name, (s.proc.cpu()-cpu0[i]).Seconds(), rss))
+				f.notes = append(f.notes, fmt.Sprintf("%s: %.1f CPU s over the run, peak RSS %.0f MiB (its first process, before the restarts below)", s.name, (s.proc.cpu()-cpu0[i]).Seconds(), rss))
 			}
 			for k := range max(env.restarts, 1) {
 				var profile string

@@ -144,7 +144,7 @@ func buildReport(o options, results []result, chaosRuns, faultRuns []report.Run,
 		Notes: []string{
 			"Each run has its own namespace and schedulerName and starts on empty nodes (the previous run's pods are deleted).",
 			"stream: latency is create→bound. backlog: every pod exists before the scheduler starts; the clock starts when it is started and latency is start→bound, so its p99 is about the drain time and the p99 target is judged on stream runs only.",
-			"In-process systems (binder, shardsched-N): CPU is the whole bench process over the run, harness (pod creators, watch) included; peak RSS is the bench process's peak so far. kube-scheduler runs as its own process: its CPU and peak RSS are its own.",
+			"In-process systems (binder, shardsched-N): CPU is the whole bench process over the run, harness (pod creators, watch) included; peak RSS is the bench process's peak so far. kube-scheduler and shard processes (shardsched-proc-N) run as processes of their own: their CPU and peak RSS are their own (the peak read from /proc just before they are stopped, so a graceful stop's own memory is not in it; for a shard restarted by the run, its last process's).",
 			"kube-scheduler " + cluster.KubeVersion + ": one profile named after the run's schedulerName, leader election off, default plugins and percentageOfNodesToScore; kube-scheduler uses client QPS 50 / burst 100 (its defaults), kube-scheduler-qps 5000 / 5000.",
 		},
 	}
