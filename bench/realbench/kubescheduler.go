@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -112,9 +111,6 @@ type schedulerProcess struct {
 	log  string
 	done chan struct{} // closed once cmd.Wait returned
 	err  error         // cmd.Wait's error, set before done is closed
-	// hwmKiB is the highest peak RSS (VmHWM) read from /proc while the
-	// process ran.
-	hwmKiB atomic.Int64
 }
 
 func startSchedulerProcess(dir, bin string, args ...string) (*schedulerProcess, error) {
@@ -189,25 +185,21 @@ func (p *schedulerProcess) cpu() time.Duration {
 	return d
 }
 
-// peakRSSKiB is the process's peak RSS so far (its VmHWM) while it runs,
-// and the last one read once it has exited. Never its rusage: a child
-// started by fork and exec carries in its ru_maxrss the high-water mark of
-// the process it was forked from (Linux keeps it across exec), and the
-// harness holds every pod of the run (at 250,000 pods the shard's "peak"
-// was the harness's 1.6 GiB).
+// peakRSSKiB is the process's peak RSS so far (its VmHWM), 0 once it has
+// exited (unknown). Never its rusage: a child started by fork and exec
+// carries in its ru_maxrss the high-water mark of the process it was
+// forked from (Linux keeps it across exec), and the harness holds every
+// pod of the run (at 250,000 pods the shard's "peak" was the harness's
+// 1.6 GiB).
 func (p *schedulerProcess) peakRSSKiB() int64 {
-	if !p.exited() {
-		if mib, err := procstat.PeakRSSMiBOf(p.cmd.Process.Pid); err == nil {
-			kib := int64(math.Round(mib * 1024))
-			for {
-				cur := p.hwmKiB.Load()
-				if kib <= cur || p.hwmKiB.CompareAndSwap(cur, kib) {
-					break
-				}
-			}
-		}
+	if p.exited() {
+		return 0
 	}
-	return p.hwmKiB.Load()
+	mib, err := procstat.PeakRSSMiBOf(p.cmd.Process.Pid)
+	if err != nil {
+		return 0
+	}
+	return int64(math.Round(mib * 1024))
 }
 
 // stop sends SIGTERM to the process group, SIGKILL after 10 s, waits for
