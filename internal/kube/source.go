@@ -115,13 +115,6 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(storeTransform(newPodInterner()))),
 		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
-	// Pods by node, so rebuilding an out-of-sync node reads its pods only.
-	_ = s.core.Core().V1().Pods().Informer().AddIndexers(cache.Indexers{podNodeIndex: func(o any) ([]string, error) {
-		if p, ok := o.(*storedPod); ok && p.err == nil && p.task.NodeName != "" {
-			return []string{p.task.NodeName}, nil
-		}
-		return nil, nil
-	}})
 	s.handle("nodes", s.core.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.node(o) },
 		UpdateFunc: func(_, o any) { s.node(o) },
@@ -245,32 +238,51 @@ func (s *Source) Shutdown() {
 	s.vol.Shutdown()
 }
 
-// NodeState returns a node and the tasks bound to it from the informer
-// caches (the API server's state), for rebuilding an out-of-sync node.
-func (s *Source) NodeState(name string) (api.Node, []api.Task, error) {
-	n, err := s.core.Core().V1().Nodes().Lister().Get(name)
-	if err != nil {
-		return api.Node{}, nil, err
+// NodeStates calls each, for every node named that the informer caches
+// hold, with the node and the tasks bound to it there (the API server's
+// state), for rebuilding nodes out of sync. The pods are read in one pass
+// over the pod cache, however many nodes are named: the cache keeps no
+// index of pods by node (at 250,000 pods one costs ~30 MB, for a read
+// that is rare), so a rebuild of many nodes at once is not one pass each.
+func (s *Source) NodeStates(names []string, each func(node api.Node, tasks []api.Task)) {
+	if len(names) == 0 {
+		return
 	}
-	node, err := NodeFromNode(n)
-	if err != nil {
-		return api.Node{}, nil, err
+	lister := s.core.Core().V1().Nodes().Lister()
+	want := make(map[string][]api.Task, len(names))
+	nodes := make(map[string]api.Node, len(names))
+	for _, name := range names {
+		n, err := lister.Get(name)
+		if err != nil {
+			continue // not known (deleted): nothing to rebuild from
+		}
+		node, err := NodeFromNode(n)
+		if err != nil {
+			s.bad("node", name, err)
+			continue
+		}
+		nodes[name] = node
+		want[name] = nil
 	}
-	objs, err := s.core.Core().V1().Pods().Informer().GetIndexer().ByIndex(podNodeIndex, name)
-	if err != nil {
-		return api.Node{}, nil, err
+	if len(nodes) == 0 {
+		return
 	}
-	var tasks []api.Task
-	for _, o := range objs {
-		if p, ok := o.(*storedPod); ok && p.err == nil && p.task.NodeName == name {
-			tasks = append(tasks, p.task)
+	for _, o := range s.core.Core().V1().Pods().Informer().GetStore().List() {
+		p, ok := o.(*storedPod)
+		if !ok || p.err != nil || p.task.NodeName == "" {
+			continue
+		}
+		if tasks, ok := want[p.task.NodeName]; ok {
+			want[p.task.NodeName] = append(tasks, p.task)
 		}
 	}
-	return node, tasks, nil
+	for _, name := range names {
+		if node, ok := nodes[name]; ok {
+			each(node, want[name])
+			delete(nodes, name) // a name given twice is rebuilt once
+		}
+	}
 }
-
-// podNodeIndex indexes pods by spec.nodeName.
-const podNodeIndex = "nodeName"
 
 // bad logs an object that could not be converted: it is left out (a
 // Queue's is also reported on the Queue by its owner, QueueReporter).
