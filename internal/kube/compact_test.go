@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,10 +80,10 @@ func TestStoredPodIsItsTask(t *testing.T) {
 	if !ok {
 		t.Fatalf("a pod is stored as %T", o)
 	}
-	if sp.err != nil || !reflect.DeepEqual(sp.task, want) {
-		t.Fatalf("stored task (err %v):\n%+v\nfrom the pod:\n%+v", sp.err, sp.task, want)
+	if sp.err != nil || !reflect.DeepEqual(sp.task(), want) {
+		t.Fatalf("stored task (err %v):\n%+v\nfrom the pod:\n%+v", sp.err, sp.task(), want)
 	}
-	if reflect.ValueOf(sp.task.Request.Scalars).Pointer() != reflect.ValueOf(onePod).Pointer() {
+	if reflect.ValueOf(sp.task().Request.Scalars).Pointer() != reflect.ValueOf(onePod).Pointer() {
 		t.Error("a task whose only scalar is one pod has a map of its own")
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(sp); err != nil || key != "team-a/trainer-1" {
@@ -105,7 +106,7 @@ func TestStoredPodIsItsTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.(*storedPod).task.Request.Scalars; len(got) != 2 || got["nvidia.com/gpu"] != 2 || got[api.Pods] != 1 {
+	if got := o.(*storedPod).task().Request.Scalars; len(got) != 2 || got["nvidia.com/gpu"] != 2 || got[api.Pods] != 1 {
 		t.Errorf("a GPU pod's scalars: %v", got)
 	}
 	if len(onePod) != 1 || onePod[api.Pods] != 1 {
@@ -118,8 +119,8 @@ func TestStoredPodIsItsTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sp := o.(*storedPod); sp.err == nil || !strings.Contains(sp.err.Error(), "team-a/trainer-3") || sp.task.UID != "" || sp.uid != bad.UID {
-		t.Errorf("a pod with a negative request stored as %+v, %v: want the error naming it and its UID", sp.task, sp.err)
+	if sp := o.(*storedPod); sp.err == nil || !strings.Contains(sp.err.Error(), "team-a/trainer-3") || sp.task().UID != "" || sp.uid != bad.UID {
+		t.Errorf("a pod with a negative request stored as %+v, %v: want the error naming it and its UID", sp.task(), sp.err)
 	}
 
 	// Other objects only lose their managed fields.
@@ -169,13 +170,13 @@ func TestStoredPodsShareWhatTheyHaveInCommon(t *testing.T) {
 			t.Fatalf("%v %v", err, o.(*storedPod).err)
 		}
 		sp := o.(*storedPod)
-		if !reflect.DeepEqual(sp.task, want) {
-			t.Fatalf("stored task:\n%+v\nfrom the pod:\n%+v", sp.task, want)
+		if !reflect.DeepEqual(sp.task(), want) {
+			t.Fatalf("stored task:\n%+v\nfrom the pod:\n%+v", sp.task(), want)
 		}
-		if sp.namespace != p.Namespace || unsafe.StringData(sp.namespace) != unsafe.StringData(sp.task.Namespace) {
+		if sp.namespace != p.Namespace || unsafe.StringData(sp.namespace) != unsafe.StringData(sp.task().Namespace) {
 			t.Errorf("the stored pod's namespace %q is not its task's", sp.namespace)
 		}
-		return sp.task
+		return sp.task()
 	}
 	in := newPodInterner()
 	store := func(p *corev1.Pod) api.Task { t.Helper(); return storeWith(in, p) }
@@ -228,7 +229,7 @@ func TestStoredPodsShareWhatTheyHaveInCommon(t *testing.T) {
 	// as the table started over may have some kept apart from the next
 	// one's, so the second and third of three equal pods are compared).
 	small := newPodInterner()
-	small.maxStrings, small.maxLists = 8, 2
+	small.maxStrings, small.maxLists, small.maxShapes = 8, 2, 2
 	for i := range 6 {
 		p := fullPod(10 + i)
 		p.Spec.Tolerations = []corev1.Toleration{{Key: fmt.Sprint("key-", i), Operator: corev1.TolerationOpExists}}
@@ -238,8 +239,159 @@ func TestStoredPodsShareWhatTheyHaveInCommon(t *testing.T) {
 		if &x.Tolerations[0] != &y.Tolerations[0] || !same(x.NodeName, y.NodeName) || !same(x.Tolerations[0].Key, y.Tolerations[0].Key) {
 			t.Errorf("pod %d: two equal pods share nothing once the tables started over: %v, %v", i, x.Tolerations, y.Tolerations)
 		}
-		if len(small.strs) > 8 || len(small.tolerations) > 2 {
-			t.Fatalf("pod %d: the tables hold %d strings and %d lists, past their bounds", i, len(small.strs), len(small.tolerations))
+		if len(small.strs) > 8 || len(small.tolerations) > 2 || len(small.shapes) > 2 {
+			t.Fatalf("pod %d: the tables hold %d strings, %d lists and %d shapes, past their bounds", i, len(small.strs), len(small.tolerations), len(small.shapes))
+		}
+	}
+}
+
+// The pods of one template share one shape: whatever else differs between
+// them (names, UIDs, nodes, phases, creation times), their stored pods
+// point at the same task without those, and each puts its own task
+// together equal to TaskFromPod's. A pod that differs in any other field
+// of its task has a shape of its own; a shape table at its bound starts
+// over and shares again.
+func TestPodsOfOneTemplateShareAShape(t *testing.T) {
+	in := newPodInterner()
+	stored := func(p *corev1.Pod) *storedPod {
+		t.Helper()
+		want, err := TaskFromPod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := storeTransform(in)(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp := o.(*storedPod)
+		if got := sp.task(); sp.err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("stored task (err %v):\n%+v\nfrom the pod:\n%+v", sp.err, got, want)
+		}
+		return sp
+	}
+	a := stored(decoded(t, admitted(fullPod(1))))
+	other := admitted(fullPod(2))
+	other.Spec.NodeName, other.Status.Phase = "", corev1.PodPending
+	other.CreationTimestamp = metav1.NewTime(other.CreationTimestamp.Add(time.Hour))
+	b := stored(decoded(t, other))
+	if a.shape != b.shape {
+		t.Error("two pods of one template, differing only in their own fields, have a shape each")
+	}
+	if a.shape.Name != "" || a.shape.UID != "" || a.shape.NodeName != "" || a.shape.Phase != "" || !a.shape.Created.IsZero() {
+		t.Errorf("a shape keeps a pod's own fields: %+v", a.shape)
+	}
+	gpu := admitted(fullPod(3))
+	gpu.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = resource.MustParse("1")
+	if c := stored(decoded(t, gpu)); c.shape == a.shape {
+		t.Error("a pod asking for a GPU shares the shape of one that does not")
+	}
+
+	small := newPodInterner()
+	small.maxShapes = 2
+	for i := range 5 {
+		p := admitted(fullPod(10 + i))
+		p.Annotations[GroupNameAnnotation] = fmt.Sprint("job-", i)
+		in = small
+		stored(decoded(t, p))
+		x, y := stored(decoded(t, p)), stored(decoded(t, p))
+		if x.shape != y.shape {
+			t.Errorf("job %d: two pods of one template have a shape each once the table started over", i)
+		}
+		if len(small.shapes) > 2 {
+			t.Fatalf("job %d: the table holds %d shapes, past its bound of 2", i, len(small.shapes))
+		}
+	}
+}
+
+// A shape's key tells apart any two tasks that differ in a field a shape
+// keeps, and no two that differ only in a pod's own fields. Every field of
+// api.Task is in one of the two lists: a field added to it must be given
+// to the key (or named a pod's own) before this passes.
+func TestShapeKeyTellsEveryKeptFieldApart(t *testing.T) {
+	base := func() api.Task {
+		return api.Task{Namespace: "ns", Name: "p-0", UID: "u-0", Job: "job", Queue: "q", TaskSpec: "worker",
+			Request:  api.Resource{MilliCPU: 1000, Memory: 1 << 30, Scalars: map[string]int64{api.Pods: 1, "gpu": 2}},
+			NodeName: "n-0", Phase: api.TaskBound, NodeSelector: map[string]string{"pool": "a"},
+			Affinity:    []api.SelectorTerm{{MatchExpressions: []api.SelectorRequirement{{Key: "zone", Operator: api.SelectorIn, Values: []string{"x", "y"}}}}},
+			Tolerations: []api.Toleration{{Key: "k", Operator: "Exists", Effect: "NoSchedule"}},
+			Priority:    5, SchedulerName: "s", Created: time.Unix(100, 0)}
+	}
+	key := func(t api.Task) string { return string(appendShapeKey(nil, &t)) }
+	own := map[string]func(*api.Task){
+		"Name":     func(t *api.Task) { t.Name = "p-1" },
+		"UID":      func(t *api.Task) { t.UID = "u-1" },
+		"NodeName": func(t *api.Task) { t.NodeName = "" },
+		"Phase":    func(t *api.Task) { t.Phase = api.TaskPending },
+		"Created":  func(t *api.Task) { t.Created = time.Unix(200, 0) },
+	}
+	kept := map[string][]func(*api.Task){
+		"Namespace": {func(t *api.Task) { t.Namespace = "ns2" }},
+		"Job":       {func(t *api.Task) { t.Job = "jobq" }, func(t *api.Task) { t.Job, t.Queue = "jo", "bq" }},
+		"Implicit":  {func(t *api.Task) { t.Implicit = true }},
+		"Queue":     {func(t *api.Task) { t.Queue = "q2" }},
+		"TaskSpec":  {func(t *api.Task) { t.TaskSpec = "ps" }},
+		"Request": {func(t *api.Task) { t.Request.MilliCPU++ }, func(t *api.Task) { t.Request.Memory++ },
+			func(t *api.Task) { t.Request.Scalars = map[string]int64{api.Pods: 1, "gpu": 3} },
+			func(t *api.Task) { t.Request.Scalars = map[string]int64{api.Pods: 1, "gpv": 2} },
+			func(t *api.Task) { t.Request.Scalars = nil }},
+		"NodeSelector": {func(t *api.Task) { t.NodeSelector = map[string]string{"pool": "b"} },
+			func(t *api.Task) { t.NodeSelector = map[string]string{"poo": "la"} },
+			func(t *api.Task) { t.NodeSelector = map[string]string{} }},
+		"Affinity": {func(t *api.Task) { t.Affinity[0].MatchExpressions[0].Values = []string{"x"} },
+			func(t *api.Task) { t.Affinity[0].MatchExpressions[0].Operator = api.SelectorNotIn },
+			func(t *api.Task) { t.Affinity = append(t.Affinity, api.SelectorTerm{}) },
+			func(t *api.Task) { t.Affinity = []api.SelectorTerm{} }},
+		"Tolerations": {func(t *api.Task) {
+			t.Tolerations = []api.Toleration{{Key: "k", Operator: "Exists", Effect: "NoExecute"}}
+		},
+			func(t *api.Task) { t.Tolerations = nil }},
+		"Priority":      {func(t *api.Task) { t.Priority = -5 }},
+		"SchedulerName": {func(t *api.Task) { t.SchedulerName = "" }},
+		"Protected":     {func(t *api.Task) { t.Protected = true }},
+	}
+	typ := reflect.TypeOf(api.Task{})
+	for i := range typ.NumField() {
+		name := typ.Field(i).Name
+		if _, ok := own[name]; !ok && kept[name] == nil {
+			t.Errorf("api.Task.%s is neither a pod's own field nor in a shape's key", name)
+		}
+	}
+	want := key(base())
+	for name, f := range own {
+		x := base()
+		f(&x)
+		if key(x) != want {
+			t.Errorf("a different %s (a pod's own) changes the shape's key", name)
+		}
+	}
+	for name, fs := range kept {
+		for i, f := range fs {
+			x := base()
+			f(&x)
+			if key(x) == want {
+				t.Errorf("%s, change %d: the shape's key is the same", name, i)
+			}
+		}
+	}
+	// A nil map or slice and an empty one are different shapes (a deep
+	// comparison tells them apart, and so does the cache's).
+	for name, f := range map[string]func(t *api.Task, empty bool){
+		"Scalars":      func(t *api.Task, e bool) { t.Request.Scalars = map[bool]map[string]int64{true: {}}[e] },
+		"NodeSelector": func(t *api.Task, e bool) { t.NodeSelector = map[bool]map[string]string{true: {}}[e] },
+		"Affinity":     func(t *api.Task, e bool) { t.Affinity = map[bool][]api.SelectorTerm{true: {}}[e] },
+		"a term": func(t *api.Task, e bool) {
+			t.Affinity = []api.SelectorTerm{{MatchExpressions: map[bool][]api.SelectorRequirement{true: {}}[e]}}
+		},
+		"Values": func(t *api.Task, e bool) {
+			t.Affinity[0].MatchExpressions[0].Values = map[bool][]string{true: {}}[e]
+		},
+		"Tolerations": func(t *api.Task, e bool) { t.Tolerations = map[bool][]api.Toleration{true: {}}[e] },
+	} {
+		x, y := base(), base()
+		f(&x, false)
+		f(&y, true)
+		if key(x) == key(y) {
+			t.Errorf("%s: nil and empty have the same shape's key", name)
 		}
 	}
 }
@@ -391,7 +543,7 @@ func BenchmarkPodMemory(b *testing.B) {
 		{"stored", func(p *corev1.Pod) (any, api.Task, error) {
 			o, _ := store(p)
 			sp := o.(*storedPod)
-			return sp, sp.task, sp.err
+			return sp, sp.task(), sp.err
 		}},
 	} {
 		b.Run(c.name, func(b *testing.B) {

@@ -83,8 +83,8 @@ func TestPodRequestCountsWhatKubeSchedulerCounts(t *testing.T) {
 			t.Errorf("%s: %d milli-CPU and %d pods, want %d and 1", c.name, got.MilliCPU, got.Get("pods"), c.want)
 		}
 		o, _ := store(c.pod.DeepCopy())
-		if sp := o.(*storedPod); sp.err != nil || !sp.task.Request.Equal(got) {
-			t.Errorf("%s: stored %s (%v), want %s", c.name, sp.task.Request, sp.err, got)
+		if sp := o.(*storedPod); sp.err != nil || !sp.task().Request.Equal(got) {
+			t.Errorf("%s: stored %s (%v), want %s", c.name, sp.task().Request, sp.err, got)
 		}
 	}
 }

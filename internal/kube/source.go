@@ -269,11 +269,11 @@ func (s *Source) NodeStates(names []string, each func(node api.Node, tasks []api
 	}
 	for _, o := range s.core.Core().V1().Pods().Informer().GetStore().List() {
 		p, ok := o.(*storedPod)
-		if !ok || p.err != nil || p.task.NodeName == "" {
+		if !ok || p.err != nil || p.nodeName == "" {
 			continue
 		}
-		if tasks, ok := want[p.task.NodeName]; ok {
-			want[p.task.NodeName] = append(tasks, p.task)
+		if tasks, ok := want[p.nodeName]; ok {
+			want[p.nodeName] = append(tasks, p.task())
 		}
 	}
 	for _, name := range names {
@@ -313,7 +313,7 @@ func (s *Source) pod(o any) {
 		s.bad("pod", p.namespace+"/"+p.name, p.err)
 		return
 	}
-	s.sink.AddOrUpdateTask(p.task)
+	s.sink.AddOrUpdateTask(p.task())
 }
 
 func (s *Source) podGroup(o any) {
