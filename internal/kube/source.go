@@ -13,8 +13,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	schedlisters "k8s.io/client-go/listers/scheduling/v1"
 	"k8s.io/client-go/tools/cache"
@@ -115,6 +117,12 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(storeTransform(newPodInterner()))),
 		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
+	// The pod informer keeps no index: the factory's default one, by
+	// namespace, serves a pod lister, which the stored pods cannot (see
+	// storedPod), and holds a set entry for every pod of the cluster.
+	s.core.InformerFor(&corev1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync, cache.Indexers{}, nil)
+	})
 	s.handle("nodes", s.core.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.node(o) },
 		UpdateFunc: func(_, o any) { s.node(o) },

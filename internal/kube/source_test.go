@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -169,6 +170,10 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 		cancel()
 		src.Shutdown()
 	}()
+	// The pod cache keeps no index (a set entry per pod, for nothing).
+	if idx := src.core.Core().V1().Pods().Informer().GetIndexer().GetIndexers(); len(idx) != 0 {
+		t.Errorf("the pod informer keeps indexes %v", slices.Collect(maps.Keys(idx)))
+	}
 	// n0 asked for twice and a node the API server does not have: n0 is
 	// told once, the other not at all.
 	onNode := func() []string {
