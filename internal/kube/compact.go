@@ -58,17 +58,17 @@ func (p *storedPod) task() api.Task {
 
 // storeTransform is the built-in informers' transform: a pod becomes its
 // storedPod, its common parts shared with other pods' (podInterner), a node
-// is cut down to what NodeFromNode reads (compactNode), any other object
+// becomes its storedNode, any other object
 // loses its managed fields. It is idempotent (client-go may hand it what it
 // already transformed).
 func storeTransform(in *podInterner) func(any) (any, error) {
 	return func(o any) (any, error) {
 		var p *corev1.Pod
 		switch o := o.(type) {
-		case *storedPod:
+		case *storedPod, *storedNode:
 			return o, nil // the watch-list's initial events come through twice
 		case *corev1.Node:
-			return compactNode(o), nil
+			return storeNode(o), nil
 		case *corev1.Pod:
 			p = o
 		default:
@@ -131,19 +131,30 @@ func (*podMeta) SetOwnerReferences([]metav1.OwnerReference)    {}
 func (*podMeta) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
 func (*podMeta) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
 
-// compactNode returns the part of n that NodeFromNode reads: its name, UID,
-// resource version and labels, whether it is cordoned, its taints and its
-// allocatable resources. Every shard keeps every node, and a real node's
-// object is mostly what the kubelet reports and no scheduler here reads:
-// its images (up to fifty, with every name they go by), conditions,
-// addresses, system info and the annotations of its network and storage
-// plugins.
-func compactNode(n *corev1.Node) *corev1.Node {
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels},
-		Spec:       corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
-		Status:     corev1.NodeStatus{Allocatable: n.Status.Allocatable},
-	}
+// storedNode is what the node informer's store holds of a node: the node as
+// the scheduler sees it, converted once as it arrives (NodeFromNode), and
+// of its metadata what the informer reads (no namespace: nodes have none).
+// Every shard keeps every node, and a real node's object is mostly what the
+// kubelet reports and no scheduler here reads (its images, up to fifty with
+// every name they go by, conditions, addresses, system info and the
+// annotations of its network and storage plugins); even cut down to what
+// the conversion reads it kept its allocatable as quantities, a map of
+// them with their string forms (BenchmarkNodeMemory).
+//
+// The node informer's store therefore holds no *corev1.Node: its generated
+// lister must not be used (it asserts that type).
+type storedNode struct {
+	podMeta
+	node api.Node
+	// err is why the node could not be converted (node is then empty):
+	// the handlers report it and leave the cache as it was.
+	err error
+}
+
+func storeNode(n *corev1.Node) *storedNode {
+	sn := &storedNode{podMeta: podMeta{name: n.Name, uid: n.UID, resourceVersion: n.ResourceVersion}}
+	sn.node, sn.err = NodeFromNode(n)
+	return sn
 }
 
 // stripManagedFields drops what the scheduler never reads before an object

@@ -426,9 +426,11 @@ func fullNode(i int) *corev1.Node {
 	}
 }
 
-// A node is stored cut down to what NodeFromNode reads: the same api.Node
-// from either, and none of what the kubelet reports beside it.
-func TestCompactNodeKeepsWhatIsRead(t *testing.T) {
+// A node is stored as its api.Node, converted once as it arrives: the same
+// node NodeFromNode gives for the whole object, under the node's key, with
+// nothing else of it kept. The transform is idempotent, and a node that
+// cannot be converted is stored with the error naming it.
+func TestStoredNodeIsItsNode(t *testing.T) {
 	transform := storeTransform(newPodInterner())
 	for i := range 2 { // cordoned and not
 		full := fullNode(i)
@@ -440,22 +442,31 @@ func TestCompactNodeKeepsWhatIsRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		small := o.(*corev1.Node)
-		got, err := NodeFromNode(small)
-		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Fatalf("node from the stored node (%v):\n%+v\nfrom the whole node:\n%+v", err, got, want)
+		sn, ok := o.(*storedNode)
+		if !ok {
+			t.Fatalf("a node is stored as %T", o)
 		}
-		switch {
-		case small.Status.Images != nil || small.Status.Conditions != nil || small.Status.Capacity != nil || small.Status.NodeInfo != (corev1.NodeSystemInfo{}):
-			t.Errorf("node keeps its status beyond allocatable: %+v", small.Status)
-		case small.Annotations != nil || small.ManagedFields != nil || small.Spec.ProviderID != "":
-			t.Errorf("node keeps unread metadata or spec: %+v", small)
-		case small.ResourceVersion != full.ResourceVersion:
-			t.Errorf("resource version %q, want %q", small.ResourceVersion, full.ResourceVersion)
+		if sn.err != nil || !reflect.DeepEqual(sn.node, want) {
+			t.Fatalf("stored node (%v):\n%+v\nfrom the whole node:\n%+v", sn.err, sn.node, want)
 		}
-		if again, err := transform(small); err != nil || !reflect.DeepEqual(again, small) {
+		if key, err := cache.MetaNamespaceKeyFunc(sn); err != nil || key != full.Name {
+			t.Errorf("store key %q (%v), want %s", key, err, full.Name)
+		}
+		if kept := (podMeta{name: full.Name, uid: full.UID, resourceVersion: full.ResourceVersion}); sn.podMeta != kept {
+			t.Errorf("stored metadata %+v, want name, UID and resource version %+v", sn.podMeta, kept)
+		}
+		if again, err := transform(sn); err != nil || again != sn {
 			t.Errorf("a stored node transformed again: %+v (%v)", again, err)
 		}
+	}
+	bad := fullNode(2)
+	bad.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("-1")
+	o, err := transform(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn := o.(*storedNode); sn.err == nil || !strings.Contains(sn.err.Error(), bad.Name) || sn.name != bad.Name {
+		t.Errorf("a node with a negative allocatable stored as %+v, %v: want the error naming it", sn.node, sn.err)
 	}
 }
 
@@ -479,8 +490,8 @@ func reportRetained(b *testing.B, n int, unit string, build func(i int) any) {
 }
 
 // BenchmarkNodeMemory reports the heap a stored node takes (bytes/node):
-// whole but for its managed fields (what was stored before compactNode),
-// and as the transform stores it.
+// whole but for its managed fields (what was stored before the transform
+// cut nodes down), and as the transform stores it.
 func BenchmarkNodeMemory(b *testing.B) {
 	const n = 500
 	raw := make([][]byte, n)

@@ -127,8 +127,8 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 		AddFunc:    func(o any) { s.node(o) },
 		UpdateFunc: func(_, o any) { s.node(o) },
 		DeleteFunc: func(o any) {
-			if n, ok := unwrap(o).(*corev1.Node); ok {
-				sink.DeleteNode(n.Name, string(n.UID))
+			if n, ok := unwrap(o).(*storedNode); ok {
+				sink.DeleteNode(n.name, string(n.uid))
 			}
 		},
 	})
@@ -256,20 +256,16 @@ func (s *Source) NodeStates(names []string, each func(node api.Node, tasks []api
 	if len(names) == 0 {
 		return
 	}
-	lister := s.core.Core().V1().Nodes().Lister()
+	store := s.core.Core().V1().Nodes().Informer().GetStore()
 	want := make(map[string][]api.Task, len(names))
 	nodes := make(map[string]api.Node, len(names))
 	for _, name := range names {
-		n, err := lister.Get(name)
-		if err != nil {
-			continue // not known (deleted): nothing to rebuild from
+		o, ok, err := store.GetByKey(name) // a node's key is its name
+		n, stored := o.(*storedNode)
+		if err != nil || !ok || !stored || n.err != nil {
+			continue // not known (deleted) or not convertible: nothing to rebuild from
 		}
-		node, err := NodeFromNode(n)
-		if err != nil {
-			s.bad("node", name, err)
-			continue
-		}
-		nodes[name] = node
+		nodes[name] = n.node
 		want[name] = nil
 	}
 	if len(nodes) == 0 {
@@ -298,17 +294,17 @@ func (s *Source) bad(kind, key string, err error) {
 	s.log.Warn("cannot convert object; ignoring it", "kind", kind, "object", key, "err", err)
 }
 
+// node hands the sink the node the transform converted (storeNode).
 func (s *Source) node(o any) {
-	n, ok := o.(*corev1.Node)
+	n, ok := o.(*storedNode)
 	if !ok {
 		return
 	}
-	v, err := NodeFromNode(n)
-	if err != nil {
-		s.bad("node", n.Name, err)
+	if n.err != nil {
+		s.bad("node", n.name, n.err)
 		return
 	}
-	s.sink.AddOrUpdateNode(v)
+	s.sink.AddOrUpdateNode(n.node)
 }
 
 // pod hands the sink the task the transform converted (storeTransform).

@@ -118,12 +118,35 @@ func TestSourceStartTellsWhatItWaitsForAndStops(t *testing.T) {
 	src.Shutdown()
 }
 
-// taskSink keeps the tasks it is handed, by UID, and the UIDs deleted.
+// taskSink keeps the tasks and nodes it is handed, by UID and name, and the
+// UIDs of the tasks and nodes deleted.
 type taskSink struct {
 	nopSink
-	mu      sync.Mutex
-	tasks   map[string]api.Task
-	deleted []string
+	mu           sync.Mutex
+	tasks        map[string]api.Task
+	deleted      []string
+	nodes        map[string]api.Node
+	deletedNodes []string
+}
+
+func (s *taskSink) AddOrUpdateNode(n api.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes[n.Name] = n
+}
+
+func (s *taskSink) DeleteNode(name, uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.nodes, name)
+	s.deletedNodes = append(s.deletedNodes, uid)
+}
+
+func (s *taskSink) node(name string) (api.Node, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[name]
+	return n, ok
 }
 
 func (s *taskSink) AddOrUpdateTask(t api.Task) {
@@ -160,8 +183,10 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0", UID: "node-0"},
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}
-	cs := kfake.NewSimpleClientset(node, pod("bound", "n0", "1", "1"), pod("pending", "", "2", "1"), pod("bad", "", "-1", "1"))
-	sink := &taskSink{tasks: map[string]api.Task{}}
+	badNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-1"},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-64")}}}
+	cs := kfake.NewSimpleClientset(node, badNode, pod("bound", "n0", "1", "1"), pod("pending", "", "2", "1"), pod("bad", "", "-1", "1"))
+	sink := &taskSink{tasks: map[string]api.Task{}, nodes: map[string]api.Node{}}
 	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
 	if err := src.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -196,6 +221,12 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	}
 	if _, ok := sink.task("uid-bad"); ok {
 		t.Fatal("a pod with a negative request was handed to the sink")
+	}
+	if n, ok := sink.node("n0"); !ok || n.UID != "node-0" || n.Allocatable.MilliCPU != 64000 {
+		t.Fatalf("node n0 handed as %+v (%v)", n, ok)
+	}
+	if n, ok := sink.node("n1"); ok {
+		t.Fatalf("a node with a negative allocatable was handed to the sink: %+v", n)
 	}
 	if got := onNode(); !slices.Equal(got, []string{"bound"}) {
 		t.Fatalf("tasks on n0: %v, want [bound]", got)
@@ -233,4 +264,20 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	if got := onNode(); !slices.Equal(got, []string{"pending"}) {
 		t.Errorf("tasks on n0 after the delete: %v, want [pending]", got)
 	}
+
+	// A node's delete is told by its name and UID, and its state is gone.
+	if err := cs.CoreV1().Nodes().Delete(ctx, "n0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		_, ok := sink.node("n0")
+		return !ok
+	}, "the deleted node is still in the sink")
+	sink.mu.Lock()
+	deletedNodes := slices.Clone(sink.deletedNodes)
+	sink.mu.Unlock()
+	if !slices.Equal(deletedNodes, []string{"node-0"}) {
+		t.Errorf("node deletes told by %v, want [node-0]", deletedNodes)
+	}
+	src.NodeStates([]string{"n0"}, func(n api.Node, _ []api.Task) { t.Errorf("a deleted node's state told: %+v", n) })
 }
