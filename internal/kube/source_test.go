@@ -118,56 +118,72 @@ func TestSourceStartTellsWhatItWaitsForAndStops(t *testing.T) {
 	src.Shutdown()
 }
 
+// handed keeps what a sink is handed, by key, and what deletes told.
+type handed[V any] struct {
+	mu      sync.Mutex
+	m       map[string]V
+	deleted []string
+}
+
+func (h *handed[V]) put(key string, v V) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]V{}
+	}
+	h.m[key] = v
+}
+
+func (h *handed[V]) remove(key, told string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, key)
+	h.deleted = append(h.deleted, told)
+}
+
+func (h *handed[V]) get(key string) (V, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.m[key]
+	return v, ok
+}
+
+func (h *handed[V]) deletes() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.deleted)
+}
+
+// deleted deletes an object with del, waits until h no longer holds it
+// (under key) and checks that the deletes told so far are told.
+func deleted[V any](t *testing.T, h *handed[V], key string, told []string, del func() error) {
+	t.Helper()
+	if err := del(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		_, ok := h.get(key)
+		return !ok
+	}, "the deleted %s is still in the sink", key)
+	if got := h.deletes(); !slices.Equal(got, told) {
+		t.Errorf("deletes told by %v, want %v", got, told)
+	}
+}
+
 // taskSink keeps the tasks and nodes it is handed, by UID and name, and the
-// UIDs of the tasks and nodes deleted.
+// UIDs deletes were told by.
 type taskSink struct {
 	nopSink
-	mu           sync.Mutex
-	tasks        map[string]api.Task
-	deleted      []string
-	nodes        map[string]api.Node
-	deletedNodes []string
+	tasks handed[api.Task]
+	nodes handed[api.Node]
 }
 
-func (s *taskSink) AddOrUpdateNode(n api.Node) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.nodes[n.Name] = n
-}
-
-func (s *taskSink) DeleteNode(name, uid string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.nodes, name)
-	s.deletedNodes = append(s.deletedNodes, uid)
-}
-
-func (s *taskSink) node(name string) (api.Node, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, ok := s.nodes[name]
-	return n, ok
-}
-
-func (s *taskSink) AddOrUpdateTask(t api.Task) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tasks[t.UID] = t
-}
-
-func (s *taskSink) DeleteTask(uid string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.tasks, uid)
-	s.deleted = append(s.deleted, uid)
-}
-
-func (s *taskSink) task(uid string) (api.Task, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.tasks[uid]
-	return t, ok
-}
+func (s *taskSink) AddOrUpdateTask(t api.Task)        { s.tasks.put(t.UID, t) }
+func (s *taskSink) DeleteTask(uid string)             { s.tasks.remove(uid, uid) }
+func (s *taskSink) task(uid string) (api.Task, bool)  { return s.tasks.get(uid) }
+func (s *taskSink) AddOrUpdateNode(n api.Node)        { s.nodes.put(n.Name, n) }
+func (s *taskSink) DeleteNode(name, uid string)       { s.nodes.remove(name, uid) }
+func (s *taskSink) node(name string) (api.Node, bool) { return s.nodes.get(name) }
 
 // The pod informer stores tasks (storeTransform), and what the sink and
 // NodeStates are given from them follows the pods: an update is handed on,
@@ -186,7 +202,7 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	badNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-1"},
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-64")}}}
 	cs := kfake.NewSimpleClientset(node, badNode, pod("bound", "n0", "1", "1"), pod("pending", "", "2", "1"), pod("bad", "", "-1", "1"))
-	sink := &taskSink{tasks: map[string]api.Task{}, nodes: map[string]api.Node{}}
+	sink := &taskSink{}
 	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
 	if err := src.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -248,36 +264,11 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 		t.Fatalf("tasks on n0 after the bind: %v, want [bound pending]", got)
 	}
 
-	if err := pods.Delete(ctx, "bound", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		_, ok := sink.task("uid-bound")
-		return !ok
-	}, "the deleted pod's task is still in the sink")
-	sink.mu.Lock()
-	deleted := slices.Clone(sink.deleted)
-	sink.mu.Unlock()
-	if !slices.Equal(deleted, []string{"uid-bound"}) {
-		t.Errorf("deletes told by %v, want [uid-bound]", deleted)
-	}
+	deleted(t, &sink.tasks, "uid-bound", []string{"uid-bound"}, func() error { return pods.Delete(ctx, "bound", metav1.DeleteOptions{}) })
 	if got := onNode(); !slices.Equal(got, []string{"pending"}) {
 		t.Errorf("tasks on n0 after the delete: %v, want [pending]", got)
 	}
-
-	// A node's delete is told by its name and UID, and its state is gone.
-	if err := cs.CoreV1().Nodes().Delete(ctx, "n0", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		_, ok := sink.node("n0")
-		return !ok
-	}, "the deleted node is still in the sink")
-	sink.mu.Lock()
-	deletedNodes := slices.Clone(sink.deletedNodes)
-	sink.mu.Unlock()
-	if !slices.Equal(deletedNodes, []string{"node-0"}) {
-		t.Errorf("node deletes told by %v, want [node-0]", deletedNodes)
-	}
+	// A node's delete is told by its UID, and its state is gone.
+	deleted(t, &sink.nodes, "n0", []string{"node-0"}, func() error { return cs.CoreV1().Nodes().Delete(ctx, "n0", metav1.DeleteOptions{}) })
 	src.NodeStates([]string{"n0"}, func(n api.Node, _ []api.Task) { t.Errorf("a deleted node's state told: %+v", n) })
 }
