@@ -250,8 +250,10 @@ func (s *Source) Shutdown() {
 // hold, with the node and the tasks bound to it there (the API server's
 // state), for rebuilding nodes out of sync. The pods are read in one pass
 // over the pod cache, however many nodes are named: the cache keeps no
-// index of pods by node (at 250,000 pods one costs ~30 MB, for a read
-// that is rare), so a rebuild of many nodes at once is not one pass each.
+// index of pods by node (a set entry for every bound pod, for a read that
+// is rare; with the factory's index by namespace, ~30 MB of a shard's live
+// heap at 250,000 pods), so a rebuild of many nodes at once is one pass,
+// not one a node.
 func (s *Source) NodeStates(names []string, each func(node api.Node, tasks []api.Task)) {
 	if len(names) == 0 {
 		return
