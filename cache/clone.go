@@ -9,7 +9,9 @@ import (
 
 // Deep copies. api.Resource.Clone already copies its scalars; everything
 // else with a map, slice or pointer is copied here so that nothing the cache
-// keeps is shared with its callers or with a snapshot.
+// keeps is shared with its callers or with a snapshot, but for a node's
+// object: the cache copies it once, as it arrives, and then replaces it,
+// never changes it, so its books and every snapshot share it.
 
 func cloneNode(n api.Node) api.Node {
 	n.Allocatable = n.Allocatable.Clone()
@@ -18,9 +20,12 @@ func cloneNode(n api.Node) api.Node {
 	return n
 }
 
+// cloneBooks copies a node's books for a snapshot: the counts are the
+// copy's own (a snapshot's Book changes them in place), the node object is
+// shared (never changed; a snapshot's own copy of every node's labels and
+// allocatable was ~8 MB of a shard's live heap at 16,000 nodes).
 func cloneBooks(b *api.NodeBooks) *api.NodeBooks {
 	cp := *b
-	cp.Node = cloneNode(b.Node)
 	cp.Used = b.Used.Clone()
 	cp.Releasing = b.Releasing.Clone()
 	return &cp

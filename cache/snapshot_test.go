@@ -12,6 +12,31 @@ import (
 	"github.com/shardsched/shardsched/api"
 )
 
+// A snapshot's books count on their own (a snapshot's Book changes them in
+// place) and share the node object with the cache, which never changes it:
+// a node's labels and allocatable are kept once, however many snapshots.
+func TestSnapshotSharesNodeObjects(t *testing.T) {
+	c := New(Options{})
+	c.AddOrUpdateNode(mkNode("n1", 8, 32, 110))
+	c.AddOrUpdateTask(on(mkTask("ns", "run", "j", 1000, 1), "n1", api.TaskRunning))
+	var s1, s2 Snapshot
+	c.UpdateSnapshot(&s1)
+	c.UpdateSnapshot(&s2)
+	a, _ := s1.Node("n1")
+	b, _ := s2.Node("n1")
+	if a == nil || b == nil {
+		t.Fatal("node n1 not in the snapshots")
+	}
+	if reflect.ValueOf(a.Node.Labels).UnsafePointer() != reflect.ValueOf(b.Node.Labels).UnsafePointer() ||
+		mapID(a.Node.Allocatable.Scalars) != mapID(b.Node.Allocatable.Scalars) {
+		t.Error("two snapshots keep a copy each of one node's labels or allocatable")
+	}
+	if mapID(a.Used.Scalars) == mapID(b.Used.Scalars) {
+		t.Error("two snapshots share one node's counts")
+	}
+	mustVerify(t, c)
+}
+
 // A snapshot already taken never changes when the cache does, and nothing
 // the cache hands out or takes in is shared with it.
 func TestSnapshotIsolation(t *testing.T) {
@@ -32,6 +57,7 @@ func TestSnapshotIsolation(t *testing.T) {
 	c.UpdateSnapshot(&s)
 	b, _ := s.Node("n1")
 	saved := *cloneBooks(b)
+	saved.Node = cloneNode(b.Node) // a deep copy to compare with (snapshots share the node)
 	savedPending := cloneTask(*s.PendingTasks()[0])
 	savedJob := cloneJob(*s.Jobs()[0])
 	gen := s.Generation()
