@@ -117,11 +117,17 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(storeTransform(newPodInterner()))),
 		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
-	// The pod informer keeps no index: the factory's default one, by
-	// namespace, serves a pod lister, which the stored pods cannot (see
-	// storedPod), and holds a set entry for every pod of the cluster.
+	// The pod informer keeps one index, by node: not the factory's
+	// default one by namespace, which serves a pod lister the stored pods
+	// cannot serve (see storedPod) and holds a set entry for every pod of
+	// the cluster.
 	s.core.InformerFor(&corev1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync, cache.Indexers{}, nil)
+		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync, cache.Indexers{podNodeIndex: func(o any) ([]string, error) {
+			if p, ok := o.(*storedPod); ok && p.err == nil && p.nodeName != "" {
+				return []string{p.nodeName}, nil
+			}
+			return nil, nil
+		}}, nil)
 	})
 	s.handle("nodes", s.core.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.node(o) },
@@ -248,47 +254,42 @@ func (s *Source) Shutdown() {
 
 // NodeStates calls each, for every node named that the informer caches
 // hold, with the node and the tasks bound to it there (the API server's
-// state), for rebuilding nodes out of sync. The pods are read in one pass
-// over the pod cache, however many nodes are named: the cache keeps no
-// index of pods by node (a set entry for every bound pod, for a read that
-// is rare; with the factory's index by namespace, ~30 MB of a shard's live
-// heap at 250,000 pods), so a rebuild of many nodes at once is one pass,
-// not one a node.
+// state), for rebuilding nodes out of sync. Each node's pods are read by
+// the index by node just before each is called for it: a rebuild replaces
+// what the cache knows of the node with what it is given, so the time
+// between the read and the rebuild must stay short (an event delivered to
+// the cache in between is undone by the rebuild; a pass over every pod
+// for all the nodes at once left it that long, and was not kept).
 func (s *Source) NodeStates(names []string, each func(node api.Node, tasks []api.Task)) {
-	if len(names) == 0 {
-		return
-	}
-	store := s.core.Core().V1().Nodes().Informer().GetStore()
-	want := make(map[string][]api.Task, len(names))
-	nodes := make(map[string]api.Node, len(names))
+	nodes := s.core.Core().V1().Nodes().Informer().GetStore()
+	pods := s.core.Core().V1().Pods().Informer().GetIndexer()
+	told := make(map[string]bool, len(names))
 	for _, name := range names {
-		o, ok, err := store.GetByKey(name) // a node's key is its name
+		if told[name] {
+			continue // a name given twice is rebuilt once
+		}
+		told[name] = true
+		o, ok, err := nodes.GetByKey(name) // a node's key is its name
 		n, stored := o.(*storedNode)
 		if err != nil || !ok || !stored || n.err != nil {
 			continue // not known (deleted) or not convertible: nothing to rebuild from
 		}
-		nodes[name] = n.node
-		want[name] = nil
-	}
-	if len(nodes) == 0 {
-		return
-	}
-	for _, o := range s.core.Core().V1().Pods().Informer().GetStore().List() {
-		p, ok := o.(*storedPod)
-		if !ok || p.err != nil || p.nodeName == "" {
+		objs, err := pods.ByIndex(podNodeIndex, name)
+		if err != nil {
 			continue
 		}
-		if tasks, ok := want[p.nodeName]; ok {
-			want[p.nodeName] = append(tasks, p.task())
+		var tasks []api.Task
+		for _, o := range objs {
+			if p, ok := o.(*storedPod); ok && p.err == nil && p.nodeName == name {
+				tasks = append(tasks, p.task())
+			}
 		}
-	}
-	for _, name := range names {
-		if node, ok := nodes[name]; ok {
-			each(node, want[name])
-			delete(nodes, name) // a name given twice is rebuilt once
-		}
+		each(n.node, tasks)
 	}
 }
+
+// podNodeIndex indexes pods by spec.nodeName.
+const podNodeIndex = "nodeName"
 
 // bad logs an object that could not be converted: it is left out (a
 // Queue's is also reported on the Queue by its owner, QueueReporter).
