@@ -745,18 +745,9 @@ func (c *Cluster) Shrink(names []string, milliCPU int64) {
 	}
 }
 
-// NodeStates calls each with every node named that the cluster has and
-// the tasks bound to it, as the API server has them (for rebuilding
-// out-of-sync nodes' books). each is called without the cluster's lock.
-func (c *Cluster) NodeStates(names []string, each func(api.Node, []api.Task)) {
-	for _, name := range names {
-		if n, tasks, ok := c.nodeState(name); ok {
-			each(n, tasks)
-		}
-	}
-}
-
-func (c *Cluster) nodeState(name string) (api.Node, []api.Task, bool) {
+// NodeState is a node and the tasks bound to it, as the API server has
+// them (for rebuilding an out-of-sync node's books).
+func (c *Cluster) NodeState(name string) (api.Node, []api.Task, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n, ok := c.nodes[name]

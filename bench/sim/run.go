@@ -250,7 +250,7 @@ func (s *sim) startShard(ctx context.Context, name string) error {
 		Status: status.DefaultConfig(), Logger: s.cfg.Logger}, shardproc.Ports{
 		Observer: &s.reserves,
 		Recorder: &Recorder{c: s.cl}, Status: &StatusWriter{c: s.cl, shard: name}, Groups: &Groups{c: s.cl}, Evictor: evictor,
-		NodeStates: s.cl.NodeStates,
+		NodeState: s.cl.NodeState,
 		Binder: &Binder{c: s.cl, shard: name, othersHold: func(node string) bool {
 			key := wire.PartitionKey(wire.PartitionIn(node, parts, pools))
 			for _, o := range *s.holders.Load() {

@@ -168,7 +168,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		Scheduler: opts.Scheduler, Status: opts.Status, Logger: opts.Logger, Tracer: opts.Tracer}, shardproc.Ports{
 		Binder: kube.NewBinder(cs), Recorder: recorder, Status: statusWriter, Groups: groups, Evictor: kube.NewEvictor(cs, recorder),
 		Observer:    obs,
-		NodeStates:  func(names []string, each func(api.Node, []api.Task)) { src.NodeStates(names, each) },
+		NodeState:   src.NodeState,
 		OnOutOfSync: func(node, reason string) { log.Warn("node out of sync", "node", node, "reason", reason) },
 	})
 	if err != nil {

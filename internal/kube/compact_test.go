@@ -155,24 +155,32 @@ func admitted(p *corev1.Pod) *corev1.Pod {
 	return p
 }
 
+// storedAs is p as the transform stores it with in, after checking that
+// the stored pod converted and puts together the task TaskFromPod gives.
+func storedAs(t *testing.T, in *podInterner, p *corev1.Pod) *storedPod {
+	t.Helper()
+	want, err := TaskFromPod(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := storeTransform(in)(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := o.(*storedPod)
+	if got := sp.task(); sp.err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("stored task (err %v):\n%+v\nfrom the pod:\n%+v", sp.err, got, want)
+	}
+	return sp
+}
+
 // Stored pods share what they have in common (the strings the scheduler's
 // tasks keep, equal toleration lists) and nothing that differs: each stored
 // task stays equal to the one TaskFromPod gives for its pod.
 func TestStoredPodsShareWhatTheyHaveInCommon(t *testing.T) {
 	storeWith := func(in *podInterner, p *corev1.Pod) api.Task {
 		t.Helper()
-		want, err := TaskFromPod(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := storeTransform(in)(p)
-		if err != nil || o.(*storedPod).err != nil {
-			t.Fatalf("%v %v", err, o.(*storedPod).err)
-		}
-		sp := o.(*storedPod)
-		if !reflect.DeepEqual(sp.task(), want) {
-			t.Fatalf("stored task:\n%+v\nfrom the pod:\n%+v", sp.task(), want)
-		}
+		sp := storedAs(t, in, p)
 		if sp.namespace != p.Namespace || unsafe.StringData(sp.namespace) != unsafe.StringData(sp.task().Namespace) {
 			t.Errorf("the stored pod's namespace %q is not its task's", sp.namespace)
 		}
@@ -253,22 +261,7 @@ func TestStoredPodsShareWhatTheyHaveInCommon(t *testing.T) {
 // over and shares again.
 func TestPodsOfOneTemplateShareAShape(t *testing.T) {
 	in := newPodInterner()
-	stored := func(p *corev1.Pod) *storedPod {
-		t.Helper()
-		want, err := TaskFromPod(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := storeTransform(in)(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sp := o.(*storedPod)
-		if got := sp.task(); sp.err != nil || !reflect.DeepEqual(got, want) {
-			t.Fatalf("stored task (err %v):\n%+v\nfrom the pod:\n%+v", sp.err, got, want)
-		}
-		return sp
-	}
+	stored := func(p *corev1.Pod) *storedPod { t.Helper(); return storedAs(t, in, p) }
 	a := stored(decoded(t, admitted(fullPod(1))))
 	other := admitted(fullPod(2))
 	other.Spec.NodeName, other.Status.Phase = "", corev1.PodPending

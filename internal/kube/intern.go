@@ -108,16 +108,10 @@ func (in *podInterner) task(t *api.Task) *api.Task {
 
 // tolerationList returns the shared list equal to tols. in.mu is held.
 func (in *podInterner) tolerationList(tols []api.Toleration) []api.Toleration {
-	k := in.key[:0]
-	for _, t := range tols {
-		// Each field is preceded by its length: no two lists share a key.
-		for _, f := range [...]string{t.Key, t.Operator, t.Value, t.Effect} {
-			k = append(k, byte(len(f)), byte(len(f)>>8), byte(len(f)>>16), byte(len(f)>>24))
-			k = append(k, f...)
-		}
-	}
-	in.key = k
-	if shared, ok := in.tolerations[string(k)]; ok {
+	w := keyWriter(in.key[:0])
+	w.tolerations(tols)
+	in.key = w
+	if shared, ok := in.tolerations[string(in.key)]; ok {
 		return shared
 	}
 	for i := range tols {
@@ -130,7 +124,7 @@ func (in *podInterner) tolerationList(tols []api.Toleration) []api.Toleration {
 	// Full capacity: an append to one task's list must not write into the
 	// list the others share.
 	tols = tols[:len(tols):len(tols)]
-	in.tolerations[string(k)] = tols
+	in.tolerations[string(in.key)] = tols
 	return tols
 }
 
@@ -172,12 +166,7 @@ func appendShapeKey(k []byte, t *api.Task) []byte {
 		}
 	}
 	w.count(t.Tolerations == nil, len(t.Tolerations))
-	for _, tol := range t.Tolerations {
-		w.str(tol.Key)
-		w.str(tol.Operator)
-		w.str(tol.Value)
-		w.str(tol.Effect)
-	}
+	w.tolerations(t.Tolerations)
 	w.int(int64(t.Priority))
 	w.str(t.SchedulerName)
 	w.flag(t.Protected)
@@ -190,6 +179,17 @@ type keyWriter []byte
 func (w *keyWriter) str(s string) {
 	*w = binary.AppendUvarint(*w, uint64(len(s)))
 	*w = append(*w, s...)
+}
+
+// tolerations writes each toleration's fields, each preceded by its
+// length: no two lists share what is written.
+func (w *keyWriter) tolerations(tols []api.Toleration) {
+	for _, t := range tols {
+		w.str(t.Key)
+		w.str(t.Operator)
+		w.str(t.Value)
+		w.str(t.Effect)
+	}
 }
 
 func (w *keyWriter) int(v int64) { *w = binary.AppendVarint(*w, v) }

@@ -252,40 +252,28 @@ func (s *Source) Shutdown() {
 	s.vol.Shutdown()
 }
 
-// NodeStates calls each, for every node named that the informer caches
-// hold, with the node and the tasks bound to it there (the API server's
-// state), for rebuilding nodes out of sync. Each node's pods are read by
-// the index by node just before each is called for it: a rebuild replaces
-// what the cache knows of the node with what it is given, so the time
-// between the read and the rebuild must stay short (an event delivered to
-// the cache in between is undone by the rebuild; a pass over every pod
-// for all the nodes at once left it that long, and was not kept).
-func (s *Source) NodeStates(names []string, each func(node api.Node, tasks []api.Task)) {
-	nodes := s.core.Core().V1().Nodes().Informer().GetStore()
-	pods := s.core.Core().V1().Pods().Informer().GetIndexer()
-	told := make(map[string]bool, len(names))
-	for _, name := range names {
-		if told[name] {
-			continue // a name given twice is rebuilt once
-		}
-		told[name] = true
-		o, ok, err := nodes.GetByKey(name) // a node's key is its name
-		n, stored := o.(*storedNode)
-		if err != nil || !ok || !stored || n.err != nil {
-			continue // not known (deleted) or not convertible: nothing to rebuild from
-		}
-		objs, err := pods.ByIndex(podNodeIndex, name)
-		if err != nil {
-			continue
-		}
-		var tasks []api.Task
-		for _, o := range objs {
-			if p, ok := o.(*storedPod); ok && p.err == nil && p.nodeName == name {
-				tasks = append(tasks, p.task())
-			}
-		}
-		each(n.node, tasks)
+// NodeState returns a node and the tasks bound to it from the informer
+// caches (the API server's state), for rebuilding an out-of-sync node; ok
+// false when the node is not known or cannot be converted. A rebuild
+// replaces what the cache knows of the node with what it is given, so it
+// must follow this read at once (an event the cache takes in between is
+// undone): the node's pods are read by the index, not by a pass over all.
+func (s *Source) NodeState(name string) (node api.Node, tasks []api.Task, ok bool) {
+	o, found, err := s.core.Core().V1().Nodes().Informer().GetStore().GetByKey(name) // a node's key is its name
+	n, stored := o.(*storedNode)
+	if err != nil || !found || !stored || n.err != nil {
+		return api.Node{}, nil, false
 	}
+	objs, err := s.core.Core().V1().Pods().Informer().GetIndexer().ByIndex(podNodeIndex, name)
+	if err != nil {
+		return api.Node{}, nil, false
+	}
+	for _, o := range objs {
+		if p, ok := o.(*storedPod); ok && p.err == nil && p.nodeName == name {
+			tasks = append(tasks, p.task())
+		}
+	}
+	return n.node, tasks, true
 }
 
 // podNodeIndex indexes pods by spec.nodeName.

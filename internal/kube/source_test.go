@@ -186,7 +186,7 @@ func (s *taskSink) DeleteNode(name, uid string)       { s.nodes.remove(name, uid
 func (s *taskSink) node(name string) (api.Node, bool) { return s.nodes.get(name) }
 
 // The pod informer stores tasks (storeTransform), and what the sink and
-// NodeStates are given from them follows the pods: an update is handed on,
+// NodeState are given from them follows the pods: an update is handed on,
 // a pod that cannot be converted is left out until it is fixed, a delete
 // is told by the pod's UID, and a node's state holds the tasks bound to it.
 func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
@@ -216,19 +216,18 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	if idx := slices.Sorted(maps.Keys(src.core.Core().V1().Pods().Informer().GetIndexer().GetIndexers())); !slices.Equal(idx, []string{podNodeIndex}) {
 		t.Errorf("the pod informer keeps indexes %v, want [%s]", idx, podNodeIndex)
 	}
-	// n0 asked for twice and a node the API server does not have: n0 is
-	// told once, the other not at all.
+	// n0's state, and none for a node the API server does not have.
 	onNode := func() []string {
-		var told []string
+		if n, _, ok := src.NodeState("gone"); ok {
+			t.Fatalf("state told for an unknown node: %+v", n)
+		}
+		n, tasks, ok := src.NodeState("n0")
+		if !ok || n.Name != "n0" {
+			t.Fatalf("node n0's state: %+v (%v)", n, ok)
+		}
 		var names []string
-		src.NodeStates([]string{"n0", "gone", "n0"}, func(n api.Node, tasks []api.Task) {
-			told = append(told, n.Name)
-			for _, task := range tasks {
-				names = append(names, task.Name)
-			}
-		})
-		if !slices.Equal(told, []string{"n0"}) {
-			t.Fatalf("nodes told %v, want [n0]", told)
+		for _, task := range tasks {
+			names = append(names, task.Name)
 		}
 		slices.Sort(names)
 		return names
@@ -271,5 +270,7 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	}
 	// A node's delete is told by its UID, and its state is gone.
 	deleted(t, &sink.nodes, "n0", []string{"node-0"}, func() error { return cs.CoreV1().Nodes().Delete(ctx, "n0", metav1.DeleteOptions{}) })
-	src.NodeStates([]string{"n0"}, func(n api.Node, _ []api.Task) { t.Errorf("a deleted node's state told: %+v", n) })
+	if n, _, ok := src.NodeState("n0"); ok {
+		t.Errorf("a deleted node's state told: %+v", n)
+	}
 }

@@ -64,11 +64,11 @@ type Ports struct {
 	Groups   scheduler.Groups   // nil: no implicit PodGroups are created
 	Evictor  scheduler.Evictor  // nil: quota is never taken back
 	Observer scheduler.Observer // nil: measurements dropped
-	// NodeStates calls each with the truth about every node named that it
-	// knows (the node's object and the tasks bound to it), read to rebuild
-	// the books of nodes out of sync: a node it does not know is skipped.
-	// Called from the ownership loop, with every node out of sync at once.
-	NodeStates func(names []string, each func(node api.Node, tasks []api.Task))
+	// NodeState is the truth about one node (its object and the tasks
+	// bound to it), read to rebuild the books of a node out of sync just
+	// before the rebuild; ok false when it is not known. Called from the
+	// ownership loop.
+	NodeState func(name string) (node api.Node, tasks []api.Task, ok bool)
 	// OnOutOfSync is told each node whose books go out of sync (nil: not).
 	OnOutOfSync func(node, reason string)
 }
@@ -91,7 +91,7 @@ type Proc struct {
 	partitions int
 	pools      *regexp.Regexp
 	quiet      time.Duration
-	nodeStates func([]string, func(api.Node, []api.Task))
+	nodeState  func(string) (api.Node, []api.Task, bool)
 	// pushTree holds the latest valid queue specs not yet sent; a newer
 	// list replaces an unsent one (pushMu makes drain-and-send atomic).
 	pushTree   chan []api.QueueSpec
@@ -108,14 +108,14 @@ func New(ctx context.Context, o Options, p Ports) (_ *Proc, err error) {
 	if o.Etcd == nil {
 		return nil, errors.New("shardproc: an etcd client is needed")
 	}
-	if p.Binder == nil || p.Recorder == nil || p.Status == nil || p.NodeStates == nil {
+	if p.Binder == nil || p.Recorder == nil || p.Status == nil || p.NodeState == nil {
 		return nil, errors.New("shardproc: the binder, recorder, status writer and node truth ports are needed")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := o.Logger.With("shard", o.Name)
-	pr := &Proc{Name: o.Name, log: log, nodeStates: p.NodeStates, pushTree: make(chan []api.QueueSpec, 1), quiet: o.HandoverQuiet}
+	pr := &Proc{Name: o.Name, log: log, nodeState: p.NodeState, pushTree: make(chan []api.QueueSpec, 1), quiet: o.HandoverQuiet}
 	if pr.quiet <= 0 {
 		pr.quiet = DefaultHandoverQuiet
 	}
@@ -257,8 +257,10 @@ func (pr *Proc) SyncOwnership() {
 		parts, pools := pr.partitions, pr.pools
 		pr.Cache.SetKeepsBooks(func(node string) bool { return set[wire.PartitionKey(wire.PartitionIn(node, parts, pools))] })
 	}
-	if out := pr.Cache.OutOfSync(); len(out) > 0 {
-		pr.nodeStates(out, pr.Cache.Rebuild)
+	for _, n := range pr.Cache.OutOfSync() {
+		if node, tasks, ok := pr.nodeState(n); ok {
+			pr.Cache.Rebuild(node, tasks)
+		}
 	}
 }
 
