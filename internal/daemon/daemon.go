@@ -168,7 +168,9 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		Scheduler: opts.Scheduler, Status: opts.Status, Logger: opts.Logger, Tracer: opts.Tracer}, shardproc.Ports{
 		Binder: kube.NewBinder(cs), Recorder: recorder, Status: statusWriter, Groups: groups, Evictor: kube.NewEvictor(cs, recorder),
 		Observer:    obs,
-		NodeState:   src.NodeState,
+		// A closure: src is set once the process is built (a method value
+		// would bind the nil it is now).
+		NodeState:   func(name string) (api.Node, []api.Task, bool) { return src.NodeState(name) },
 		OnOutOfSync: func(node, reason string) { log.Warn("node out of sync", "node", node, "reason", reason) },
 	})
 	if err != nil {
