@@ -167,7 +167,7 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 	pr, err := shardproc.New(ctx, shardproc.Options{Name: opts.Name, Etcd: cli, Shard: opts.Shard, Coordinator: opts.Coordinator,
 		Scheduler: opts.Scheduler, Status: opts.Status, Logger: opts.Logger, Tracer: opts.Tracer}, shardproc.Ports{
 		Binder: kube.NewBinder(cs), Recorder: recorder, Status: statusWriter, Groups: groups, Evictor: kube.NewEvictor(cs, recorder),
-		Observer:    obs,
+		Observer: obs,
 		// A closure: src is set once the process is built (a method value
 		// would bind the nil it is now).
 		NodeState:   func(name string) (api.Node, []api.Task, bool) { return src.NodeState(name) },
