@@ -45,7 +45,7 @@ type options struct {
 	nodePools                                     string
 	pools                                         *regexp.Regexp // nodePools compiled by parse
 	bindWorkers                                   int
-	statusFlush, groupCounts                      time.Duration
+	statusFlush, groupCounts, cycleInterval       time.Duration
 	httpAddr, coordAddr, coordAdvertise, logLevel string
 	shutdownTimeout                               time.Duration
 	implicitGroups                                bool
@@ -81,6 +81,8 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.nodePools, "node-pools", "", "regular expression on node names whose first submatch names a node pool: every node of a pool goes to one partition, so one shard places gangs as large as the pool (same on every shard; empty: none)")
 	fs.IntVar(&o.bindWorkers, "bind-workers", scheduler.DefaultConfig().BindWorkers,
 		"bind calls in flight at once (1..1024): too few and placed pods queue for a worker (each call is an API server round trip)")
+	fs.DurationVar(&o.cycleInterval, "cycle-interval", scheduler.DefaultCycleInterval,
+		"period of the scheduling cycle (1ms..10s): a pod waits up to this long for the cycle that places it; a longer period places more pods per cycle for less CPU")
 	fs.IntVar(&o.sessionTTL, "session-ttl", 10, "etcd session TTL in seconds")
 	fs.DurationVar(&o.statusFlush, "status-flush-interval", time.Second, "Queue/PodGroup status flush interval")
 	fs.DurationVar(&o.groupCounts, "podgroup-counts-interval", status.DefaultCountsEvery, "least time between two status writes of a PodGroup when only its running/succeeded/failed counts changed (a phase or condition change is written at the next flush); 0 writes counts at every flush")
@@ -128,6 +130,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--partitions=%d: must be between 1 and %d", o.partitions, 1<<20)
 	case o.sessionTTL < 1 || o.sessionTTL > 3600:
 		return fmt.Errorf("--session-ttl=%d: must be between 1 and 3600", o.sessionTTL)
+	case o.cycleInterval < time.Millisecond || o.cycleInterval > 10*time.Second:
+		return fmt.Errorf("--cycle-interval=%s: must be between 1ms and 10s", o.cycleInterval)
 	case o.statusFlush < 10*time.Millisecond || o.statusFlush > 10*time.Minute:
 		return fmt.Errorf("--status-flush-interval=%s: must be between 10ms and 10m", o.statusFlush)
 	case o.groupCounts < 0 || o.groupCounts > 10*time.Minute:
@@ -274,6 +278,7 @@ func run(o options, log *slog.Logger) error {
 	}
 	schedCfg := scheduler.DefaultConfig()
 	schedCfg.BindWorkers = o.bindWorkers
+	schedCfg.CycleInterval = o.cycleInterval
 	schedCfg.SchedulerName, schedCfg.Strategy = o.schedulerName, o.strategy // partitions: the shard config's, taken by the assembly
 	stCfg := status.DefaultConfig()
 	stCfg.Interval = o.statusFlush

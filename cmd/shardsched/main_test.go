@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/shardsched/shardsched/scheduler"
 )
 
 func TestFlagsValidateNamesTheFlag(t *testing.T) {
@@ -22,6 +25,8 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		{append(base, "--node-pools=^(gpu"), "--node-pools"},
 		{append(base, "--session-ttl=-1"), "--session-ttl"},
 		{append(base, "--status-flush-interval=1ns"), "--status-flush-interval"},
+		{append(base, "--cycle-interval=0s"), "--cycle-interval"},
+		{append(base, "--cycle-interval=1m"), "--cycle-interval"},
 		{append(base, "--podgroup-counts-interval=-1s"), "--podgroup-counts-interval"},
 		{append(base, "--gossip-port=70000"), "--gossip-port"},
 		{append(base, "--gossip-advertise-port=-2"), "--gossip-advertise-port"},
@@ -101,5 +106,19 @@ func TestReadToken(t *testing.T) {
 	}
 	if _, err := readToken(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "--coordinator-token-file") {
 		t.Errorf("readToken(missing file) = %v, want an error naming the flag", err)
+	}
+}
+
+// --cycle-interval defaults to the scheduler's period and takes a value in
+// its range as given.
+func TestCycleIntervalFlag(t *testing.T) {
+	base := []string{"--shard-name=s0", "--etcd-endpoints=127.0.0.1:2379", "--insecure-coordinator"}
+	o, err := parse(base)
+	if err != nil || o.cycleInterval != scheduler.DefaultCycleInterval {
+		t.Fatalf("default: %v (err %v), want %v", o.cycleInterval, err, scheduler.DefaultCycleInterval)
+	}
+	o, err = parse(append(base, "--cycle-interval=250ms"))
+	if err != nil || o.cycleInterval != 250*time.Millisecond {
+		t.Fatalf("--cycle-interval=250ms: %v (err %v)", o.cycleInterval, err)
 	}
 }
