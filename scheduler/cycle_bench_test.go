@@ -153,8 +153,8 @@ func BenchmarkCapacity(b *testing.B) {
 // BenchmarkIdleCycle is one cycle of a shard owning 5,000 nodes and
 // holding all 50 queues, with 1,500 PodGroups whose pods do not exist yet
 // (minMember 8, no minResources): nothing to admit or place, what an idle
-// shard pays 50 times a second while a workload's groups wait for their
-// pods.
+// shard pays every cycle (10 times a second by default) while a
+// workload's groups wait for their pods.
 func BenchmarkIdleCycle(b *testing.B) {
 	r := newRig(b, "shard-o")
 	for i := 0; i < 5000; i++ {
