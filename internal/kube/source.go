@@ -269,7 +269,8 @@ func (s *Source) NodeState(name string) (node api.Node, tasks []api.Task, ok boo
 		return api.Node{}, nil, false
 	}
 	for _, o := range objs {
-		if p, ok := o.(*storedPod); ok && p.err == nil && p.nodeName == name {
+		// The index holds converted pods only, each under its own node.
+		if p, ok := o.(*storedPod); ok {
 			tasks = append(tasks, p.task())
 		}
 	}
