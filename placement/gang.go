@@ -74,7 +74,11 @@ func (pl *Planner) PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBoo
 	pl.p.keep = true
 	pl.p.reset(cfg, nodes, rng)
 	res := pl.p.placeGang(tasks, minMember)
-	pl.p.facts = taskFacts{} // keep no task alive between calls
+	// Keep no task and no books alive between calls (the next call sets
+	// up only the slots it reads).
+	clear(pl.p.slots[:pl.p.prepared])
+	pl.p.nodes, pl.p.rng = nil, nil
+	pl.p.facts = taskFacts{}
 	pl.p.winReq = api.Resource{}
 	pl.p.prevFilters = append(pl.p.prevFilters[:0], pl.p.filters...)
 	return res
@@ -92,7 +96,7 @@ func (p *planner) placeGang(tasks []*api.Task, minMember int) Result {
 			continue
 		}
 		if i := p.place(t); i >= 0 {
-			res.Assignments[t.UID] = p.slots[i].view.Books.Node.Name
+			res.Assignments[t.UID] = p.slot(i).view.Books.Node.Name
 			res.Placed++
 			continue
 		}
@@ -156,9 +160,16 @@ type planner struct {
 	scorers []Scorer
 	weights []int64
 	sample  int
-	slots   []slot // in the shuffled order
-	order   []int  // the shuffled node indices (reset's buffer)
-	start   int    // where the next scan starts when sampling
+	// slots are the nodes in the shuffled order; only the first prepared
+	// are set up (slot): a sampled scan stops after its sample's feasible
+	// nodes, so a task placed at 5,000 nodes used to pay for shuffling
+	// and setting up 4,500 slots it never looked at.
+	slots    []slot
+	prepared int
+	order    []int // the node indices, shuffled up to prepared (reset's buffer)
+	nodes    []*api.NodeBooks
+	rng      *rand.Rand
+	start    int // where the next scan starts when sampling
 	// epoch names the current task's constraints (selector, affinity,
 	// tolerations) under the current filters; it moves on when a task's
 	// constraints differ from the previous task's, which invalidates every
@@ -216,7 +227,7 @@ const maxWeight int64 = 1 << 32
 func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 	*p = planner{sample: max(cfg.Sample, 0), lazy: true,
 		filters: p.filters[:0], static: p.static[:0], scorers: p.scorers[:0], weights: p.weights[:0],
-		slots: p.slots, order: p.order[:0], known: p.known, keep: p.keep, win: p.win[:0], winPos: -1,
+		slots: p.slots, order: p.order[:0], nodes: nodes, rng: rng, known: p.known, keep: p.keep, win: p.win[:0], winPos: -1,
 		epoch: p.epoch, cons: p.cons, consSet: p.consSet, prevFilters: p.prevFilters}
 	prefix := true
 	for _, f := range cfg.Filters {
@@ -254,8 +265,6 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 		p.epoch++
 		p.cons, p.consSet = api.Task{}, false
 	}
-	// Shuffle indices, not slots: swapping integers is much cheaper than
-	// swapping structs that hold pointers.
 	if cap(p.order) < len(nodes) {
 		p.order = make([]int, 0, len(nodes))
 	}
@@ -264,17 +273,12 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 			p.order = append(p.order, i)
 		}
 	}
-	order := p.order
-	if rng != nil {
-		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	}
-	if cap(p.slots) < len(order) {
-		p.slots = make([]slot, len(order))
+	if cap(p.slots) < len(p.order) {
+		p.slots = make([]slot, len(p.order))
 	} else {
-		p.slots = p.slots[:len(order)]
-		clear(p.slots)
+		p.slots = p.slots[:len(p.order)]
 	}
-	w := len(order)
+	w := len(p.order)
 	if p.sample > 0 {
 		w = min(w, p.sample)
 	}
@@ -285,23 +289,40 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 		p.known = slices.Grow(p.known[:0], len(nodes))[:len(nodes)]
 		clear(p.known)
 	}
-	for i, k := range order {
-		s := &p.slots[i]
-		s.view.Books = nodes[k]
+}
+
+// slot returns the i-th node of the shuffled order, setting up the slots
+// before it that are not yet. The order is shuffled as far as it is read
+// (the forward Fisher–Yates: position k takes a node drawn uniformly from
+// those not yet placed), which gives every prefix the distribution a whole
+// shuffle would; indices are swapped, not slots, which is much cheaper
+// than swapping structs that hold pointers.
+func (p *planner) slot(i int) *slot {
+	for ; p.prepared <= i; p.prepared++ {
+		k := p.prepared
+		if p.rng != nil {
+			j := k + p.rng.IntN(len(p.order)-k)
+			p.order[k], p.order[j] = p.order[j], p.order[k]
+		}
+		n := p.order[k]
+		s := &p.slots[k]
+		*s = slot{}
+		s.view.Books = p.nodes[n]
 		s.view.facts = &p.facts
 		if !p.keep {
-			s.own.books = nodes[k]
+			s.own.books = p.nodes[n]
 			s.view.node = &s.own
 		} else {
-			if f := &p.known[k]; f.books != nodes[k] {
-				*f = nodeFacts{books: nodes[k]}
+			if f := &p.known[n]; f.books != p.nodes[n] {
+				*f = nodeFacts{books: p.nodes[n]}
 			}
-			s.view.node = &p.known[k]
+			s.view.node = &p.known[n]
 		}
 		if p.lazy {
 			s.view.tally = &s.tally
 		}
 	}
+	return &p.slots[i]
 }
 
 // begin prepares the planner for task t.
@@ -334,7 +355,7 @@ func (p *planner) place(t *api.Task) int {
 	}
 	p.winPos = pos
 	if best >= 0 {
-		if s := &p.slots[best]; p.lazy {
+		if s := p.slot(best); p.lazy {
 			s.tally.take(&t.Request)
 		} else {
 			takeFree(&s.view.Free, &t.Request)
@@ -359,7 +380,7 @@ func (p *planner) scan(t *api.Task) (best, pos int) {
 		if i >= n {
 			i -= n
 		}
-		s := &p.slots[i]
+		s := p.slot(i)
 		if _, ok := p.feasible(t, s); !ok {
 			continue
 		}
@@ -392,7 +413,7 @@ func (p *planner) scan(t *api.Task) (best, pos int) {
 func (p *planner) fromWindow(t *api.Task) (best, pos int) {
 	if k := p.winPos; k >= 0 && k < len(p.win) {
 		w := &p.win[k]
-		s := &p.slots[w.slot]
+		s := p.slot(w.slot)
 		if _, ok := p.feasible(t, s); ok {
 			old := w.score
 			w.score = p.score(t, &s.view)
@@ -422,7 +443,7 @@ func (p *planner) fromWindow(t *api.Task) (best, pos int) {
 func (p *planner) explain(t *api.Task, reasons map[string]int) {
 	p.begin(t)
 	for i := range p.slots {
-		if st, ok := p.feasible(t, &p.slots[i]); !ok {
+		if st, ok := p.feasible(t, p.slot(i)); !ok {
 			reasons[st.Reason]++
 		}
 	}

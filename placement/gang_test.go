@@ -118,6 +118,36 @@ func TestGangUsesIdleNotAllocatable(t *testing.T) {
 	}
 }
 
+// A sampled scan shuffles and sets up only the nodes it reads: a task with
+// a sample of 2 over 1,000 equal nodes sets up 2 slots, not 1,000; and the
+// order it draws as it goes still spreads ties over every node.
+func TestSampledScanSetsUpOnlyWhatItReads(t *testing.T) {
+	cfg := mustConfig(t, StrategyBinPack)
+	cfg.Sample = 2
+	var pl Planner
+	big := nodesOf(1000, 8, 32, 110)
+	task := []*api.Task{mkTask("a", 1000, 1)}
+	if res := pl.PlaceGang(cfg, task, big, 1, rngFor(1)); !res.OK {
+		t.Fatalf("the task did not fit: %+v", res)
+	}
+	if pl.p.prepared != 2 {
+		t.Fatalf("a scan sampling 2 of 1000 feasible nodes set up %d slots", pl.p.prepared)
+	}
+	nodes := nodesOf(20, 8, 32, 110)
+	counts := map[string]int{}
+	for seed := uint64(0); seed < 400; seed++ {
+		counts[pl.PlaceGang(cfg, task, nodes, 1, rngFor(seed)).Assignments["a"]]++
+	}
+	if len(counts) != len(nodes) {
+		t.Fatalf("400 seeds chose only %d of %d equal nodes: %v", len(counts), len(nodes), counts)
+	}
+	for n, c := range counts {
+		if c < 5 { // expectation 20 per node
+			t.Fatalf("node %s chosen %d times in 400: the drawn order is not uniform: %v", n, c, counts)
+		}
+	}
+}
+
 // Among equal-score nodes the randomized order decides: different seeds
 // pick different nodes; the same seed picks the same node.
 func TestRandomOrderSpreadsTies(t *testing.T) {
