@@ -88,6 +88,7 @@ func (s *Snapshot) TasksOfJob(namespace, job string) []*api.Task {
 		for i, m := range g.members {
 			g.tasks[i] = m.task()
 		}
+		slices.SortFunc(g.tasks, compareTasks)
 	}
 	return cloneOrNil(g.tasks)
 }

@@ -75,7 +75,7 @@ type Snapshot struct {
 
 type snapGroup struct {
 	gen     int64
-	members []record    // sorted by namespace, name, UID
+	members []record    // in no order (TasksOfJob sorts its tasks)
 	pending []*api.Task // the pending members
 	tasks   []*api.Task // every member, put together on the first TasksOfJob; nil until then
 }
@@ -267,9 +267,10 @@ func groupView(g *taskGroup) *snapGroup {
 			ng.pending = append(ng.pending, e.full)
 		}
 	}
-	slices.SortFunc(ng.members, func(a, b record) int {
-		return cmp.Or(cmp.Compare(a.namespace(), b.namespace()), cmp.Compare(a.name(), b.name()), cmp.Compare(a.uid, b.uid))
-	})
+	// The members stay in the map's order: what a cycle reads of them
+	// (counts, flags) does not depend on it, and sorting every changed
+	// group at every refresh was 3 % of a shard's CPU with pods arriving
+	// one by one into groups of a hundred. TasksOfJob sorts its copy.
 	return ng
 }
 
