@@ -89,20 +89,13 @@ func BenchmarkUpdateSnapshotJobs(b *testing.B) {
 			c.AddOrUpdateTask(mkTask("ns", fmt.Sprintf("%s-%d", name, k), name, 1000, 1))
 		}
 	}
-	var s Snapshot
-	c.UpdateSnapshot(&s)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
+	s := refreshAfter(b, c, func(i int) {
 		for k := range jobs / 100 {
 			name := fmt.Sprintf("job-%05d", (i*7919+k*101)%jobs)
 			c.AddOrUpdateTask(mkTask("ns", fmt.Sprintf("%s-more-%d", name, i), name, 1000, 1))
 			c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: name, UID: name + "-uid", MinMember: per + 1, Queue: "q", ResourceVersion: fmt.Sprint(i)})
 		}
-		b.StartTimer()
-		c.UpdateSnapshot(&s)
-	}
+	})
 	if len(s.Jobs()) != jobs {
 		b.Fatalf("%d jobs in the snapshot", len(s.Jobs()))
 	}
@@ -121,13 +114,8 @@ func BenchmarkUpdateSnapshotJobChanges(b *testing.B) {
 	for i := range jobs {
 		c.AddOrUpdateJob(job(i, 0))
 	}
-	var s Snapshot
-	c.UpdateSnapshot(&s)
 	next := jobs
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
+	s := refreshAfter(b, c, func(i int) {
 		for k := range 50 {
 			c.AddOrUpdateJob(job(next-jobs+(i*7919+k*101)%jobs, i+1))
 		}
@@ -136,9 +124,7 @@ func BenchmarkUpdateSnapshotJobChanges(b *testing.B) {
 			c.AddOrUpdateJob(job(next, 0))
 			next++
 		}
-		b.StartTimer()
-		c.UpdateSnapshot(&s)
-	}
+	})
 	if len(s.Jobs()) != jobs {
 		b.Fatalf("%d jobs in the snapshot", len(s.Jobs()))
 	}
@@ -227,20 +213,29 @@ func BenchmarkUpdateSnapshotGroupsGrow(b *testing.B) {
 			c.AddOrUpdateTask(on(mkTask("ns", fmt.Sprintf("g%03d-%05d", g, k), fmt.Sprintf("job-%03d", g), 100, 1), fmt.Sprintf("node-%03d", k), api.TaskRunning))
 		}
 	}
+	s := refreshAfter(b, c, func(i int) {
+		for k := range 20 {
+			g := (i*20 + k) % 100
+			c.AddOrUpdateTask(mkTask("ns", fmt.Sprintf("g%03d-p%06d", g, i), fmt.Sprintf("job-%03d", g), 100, 1))
+		}
+	})
+	if len(s.PendingOfJob("ns", "job-000")) == 0 {
+		b.Fatal("no pending task seen in job-000")
+	}
+}
+
+// refreshAfter takes a snapshot of c, then times b.N refreshes of it, each
+// after change(i) (not timed) changed the cache; it returns the snapshot.
+func refreshAfter(b *testing.B, c *Cache, change func(i int)) *Snapshot {
 	var s Snapshot
 	c.UpdateSnapshot(&s)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		for k := range 20 {
-			g := (i*20 + k) % 100
-			c.AddOrUpdateTask(mkTask("ns", fmt.Sprintf("g%03d-p%06d", g, i), fmt.Sprintf("job-%03d", g), 100, 1))
-		}
+		change(i)
 		b.StartTimer()
 		c.UpdateSnapshot(&s)
 	}
-	if len(s.PendingOfJob("ns", "job-000")) == 0 {
-		b.Fatal("no pending task seen in job-000")
-	}
+	return &s
 }
