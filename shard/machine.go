@@ -100,14 +100,13 @@ type Machine struct {
 }
 
 // heldMemo is one HeldFor answer: keys for d at heldGen gen, good until
-// until when expires (a held key younger than d comes of age then).
+// until, when a held key younger than d comes of age (zero: no such key).
 type heldMemo struct {
-	valid   bool
-	gen     uint64
-	d       time.Duration
-	expires bool
-	until   time.Time
-	keys    []string
+	valid bool
+	gen   uint64
+	d     time.Duration
+	until time.Time
+	keys  []string
 }
 
 // setState moves k to state s; a move into or out of Held makes HeldFor
@@ -332,7 +331,7 @@ func (m *Machine) HeldFor(d time.Duration) []string {
 		return nil
 	}
 	c := &m.heldMemo
-	if !c.valid || c.gen != m.heldGen || c.d != d || (c.expires && !m.now.Before(c.until)) {
+	if !c.valid || c.gen != m.heldGen || c.d != d || (!c.until.IsZero() && !m.now.Before(c.until)) {
 		*c = heldMemo{valid: true, gen: m.heldGen, d: d, keys: c.keys[:0]}
 		for key, k := range m.keys {
 			if k.state != Held {
@@ -340,8 +339,8 @@ func (m *Machine) HeldFor(d time.Duration) []string {
 			}
 			if age := m.now.Sub(k.heldAt); age >= d {
 				c.keys = append(c.keys, key)
-			} else if at := k.heldAt.Add(d); !c.expires || at.Before(c.until) {
-				c.expires, c.until = true, at
+			} else if at := k.heldAt.Add(d); c.until.IsZero() || at.Before(c.until) {
+				c.until = at
 			}
 		}
 		sort.Strings(c.keys)
