@@ -125,6 +125,29 @@ type sysSpec struct {
 	name   string
 	shards int // shardsched only
 	impl   system
+	// again marks the baseline's second run of a mode (-baseline-again);
+	// its name is the baseline's with againSuffix.
+	again bool
+}
+
+// againSuffix ends the name of the baseline's second run of a mode.
+const againSuffix = "-again"
+
+// runAgain is s's second run of a mode: its own name (so its own namespace
+// and schedulerName), the same system.
+func (s sysSpec) runAgain() sysSpec {
+	s.name += againSuffix
+	s.again = true
+	return s
+}
+
+// baseName is the system's name as listed in -systems (the baseline's,
+// for its second run).
+func (s sysSpec) baseName() string {
+	if s.again {
+		return strings.TrimSuffix(s.name, againSuffix)
+	}
+	return s.name
 }
 
 func parseSystem(name string) (sysSpec, error) {

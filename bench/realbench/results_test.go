@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/shardsched/shardsched/bench/report"
+)
+
+// In stream and backlog modes the baseline runs once more after the last
+// system, under a name of its own; elsewhere, or when asked not to, or
+// alone, the systems run as listed.
+func TestRunOrderRunsTheBaselineAgain(t *testing.T) {
+	var o options
+	for _, n := range []string{"binder", "shardsched-1"} {
+		s, err := parseSystem(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.systems = append(o.systems, s)
+	}
+	o.baselineAgain = true
+	names := func(ss []sysSpec) string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, mode := range []string{modeStream, modeBacklog} {
+		got := o.runOrder(mode)
+		if names(got) != "binder,shardsched-1,binder-again" {
+			t.Fatalf("%s: runs %s", mode, names(got))
+		}
+		last := got[2]
+		if !last.again || last.baseName() != "binder" || last.impl != o.systems[0].impl {
+			t.Errorf("%s: the second run is %+v, want the binder again", mode, last)
+		}
+		if o.systems[0].again || o.systems[0].name != "binder" {
+			t.Errorf("%s: the listed baseline changed: %+v", mode, o.systems[0])
+		}
+	}
+	if got := o.runOrder(modeRestart); names(got) != "binder,shardsched-1" {
+		t.Errorf("restart: runs %s", names(got))
+	}
+	alone := options{systems: o.systems[1:], baselineAgain: true}
+	if got := alone.runOrder(modeStream); names(got) != "shardsched-1" {
+		t.Errorf("one system: runs %s", names(got))
+	}
+	o.baselineAgain = false
+	if got := o.runOrder(modeStream); names(got) != "binder,shardsched-1" {
+		t.Errorf("-baseline-again=false: runs %s", names(got))
+	}
+}
+
+// The ratios (the table's, the target's, the binder's rate quoted beside
+// kube-scheduler's) are against the mean of the baseline's two runs, and
+// against its one run when it ran once.
+func TestRatiosAgainstTheBaselinesMean(t *testing.T) {
+	binder, err := parseSystem("binder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := sysSpec{name: "shardsched-1", shards: 1}
+	lat := []float64{0.1, 0.2, 0.3}
+	results := []result{
+		{mode: modeStream, sys: binder, podsPerSec: 1000, latencies: lat, pods: 3},
+		{mode: modeStream, sys: shard, podsPerSec: 855, latencies: lat, pods: 3},
+		{mode: modeStream, sys: binder.runAgain(), podsPerSec: 800, latencies: lat, pods: 3},
+	}
+	target := func(rs []result) (string, bool) {
+		var runs []report.Run
+		for _, r := range rs {
+			runs = append(runs, toRun(r, "t", ""))
+		}
+		for _, tg := range targets(rs, runs) {
+			if strings.HasPrefix(tg.Name, "shardsched pods/s vs binder") {
+				return tg.Value, tg.Met
+			}
+		}
+		t.Fatal("no target against the binder")
+		return "", false
+	}
+	v, met := target(results)
+	if !met || !strings.HasPrefix(v, "0.95× (855 vs 900 pods/s") || !strings.Contains(v, "1000 and 800") {
+		t.Errorf("with the binder run twice: %q, met %v; want 0.95× against 900, met", v, met)
+	}
+	if v, met := target(results[:2]); met || !strings.HasPrefix(v, "0.85× (855 vs 1000 pods/s)") {
+		t.Errorf("with the binder run once: %q, met %v; want 0.85× against 1000, missed", v, met)
+	}
+	var runs []report.Run
+	for _, r := range results {
+		runs = append(runs, toRun(r, "t", ""))
+	}
+	if got := binderRate(runs, modeStream); got != 900 {
+		t.Errorf("binderRate = %g, want the mean 900", got)
+	}
+	if runs[2].System != "binder" || runs[2].Name != "stream/binder-again" {
+		t.Errorf("the second run is reported as system %q, name %q", runs[2].System, runs[2].Name)
+	}
+	var b bytes.Buffer
+	printThroughput(&b, modeStream, results)
+	out := b.String()
+	for _, want := range []string{"vs binder (mean of 2 runs)", "| shardsched-1 | 855 | 0.95× |", "| binder-again | 800 | 0.89× |", "(1000 and 800 pods/s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
