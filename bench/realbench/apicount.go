@@ -93,18 +93,30 @@ func isWrite(verb string) bool {
 // writes after the last bind (a late status flush) falls outside. what
 // says what the readings cover.
 func apiWritesNote(before, after apiCounts, bound int, what string) string {
+	return apiPerPodNote(before, after, bound, "writes", isWrite, what)
+}
+
+// apiReadsNote is apiWritesNote's reads (GET, LIST, WATCH): a system's
+// reads cost the API server as its writes do, and no write shows them.
+func apiReadsNote(before, after apiCounts, bound int, what string) string {
+	return apiPerPodNote(before, after, bound, "reads", func(verb string) bool { return !isWrite(verb) }, what)
+}
+
+// apiPerPodNote is the requests of the verbs keep takes between two
+// readings, per bound pod, named kind.
+func apiPerPodNote(before, after apiCounts, bound int, kind string, keep func(verb string) bool, what string) string {
 	if bound == 0 {
 		return ""
 	}
-	rows, total := apiDeltas(before, after, isWrite)
+	rows, total := apiDeltas(before, after, keep)
 	var parts []string
 	for _, r := range rows {
 		if per := r.n / float64(bound); per >= 0.001 {
 			parts = append(parts, fmt.Sprintf("%s %s %.3f", r.k.verb, r.k.resource, per))
 		}
 	}
-	return fmt.Sprintf("API writes per bound pod (%s): %.2f (%s)",
-		what, total/float64(bound), strings.Join(parts, ", "))
+	return fmt.Sprintf("API %s per bound pod (%s): %.2f (%s)",
+		kind, what, total/float64(bound), strings.Join(parts, ", "))
 }
 
 // apiRatesNote sets out every request between two readings taken seconds

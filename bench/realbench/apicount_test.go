@@ -47,6 +47,9 @@ func TestAPIWritesNote(t *testing.T) {
 	if apiWritesNote(before, after, 0, "x") != "" {
 		t.Error("a note with no pod bound")
 	}
+	if r := apiReadsNote(before, after, 20, "x"); r != "API reads per bound pod (x): 2.45 (LIST pods 2.450)" {
+		t.Errorf("reads note %q", r)
+	}
 }
 
 func TestAPIRatesNote(t *testing.T) {

@@ -378,7 +378,9 @@ func run(o options) error {
 	var shardschedBin string
 	if slices.Contains(o.modes, modeChaos) || slices.Contains(o.modes, modeFaults) ||
 		slices.ContainsFunc(o.systems, func(s sysSpec) bool { _, ok := s.impl.(procSystem); return ok }) {
-		fmt.Fprintln(os.Stderr, "building cmd/shardsched for the chaos and fault scenarios...")
+		if o.shardschedBin == "" {
+			fmt.Fprintln(os.Stderr, "building cmd/shardsched for the shard processes...")
+		}
 		bin, cleanup, err := shardschedBinary(ctx, o.shardschedBin)
 		if err != nil {
 			return err

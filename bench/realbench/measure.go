@@ -294,8 +294,10 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if mode == modeBacklog {
 			what = "the whole API server from the clock's start to the last bind; the pods were created before it"
 		}
-		if n := apiWritesNote(api0, api1, bound, what); n != "" {
-			r.notes = append(r.notes, n)
+		for _, n := range []string{apiWritesNote(api0, api1, bound, what), apiReadsNote(api0, api1, bound, what)} {
+			if n != "" {
+				r.notes = append(r.notes, n)
+			}
 		}
 	}
 
