@@ -21,11 +21,13 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shardsched/shardsched/coordinator"
 	"github.com/shardsched/shardsched/internal/daemon"
+	"github.com/shardsched/shardsched/internal/gcfloor"
 	"github.com/shardsched/shardsched/internal/telemetry"
 	"github.com/shardsched/shardsched/internal/version"
 	"github.com/shardsched/shardsched/scheduler"
@@ -54,6 +56,8 @@ type options struct {
 	coordTokenFile                                string
 	insecureCoordinator                           bool
 	profiling, listFirst                          bool
+	gcHeapFloor                                   string
+	gcFloor                                       uint64 // gcHeapFloor in bytes, set by validate
 }
 
 // errVersion is parse's answer to --version: print the version and stop.
@@ -103,6 +107,8 @@ func parse(args []string) (options, error) {
 		"create a PodGroup (minMember 1) for pods that name none; false when Volcano's podgroup controller runs beside the shards and does it")
 	fs.StringVar(&o.statusNamespace, "status-namespace", os.Getenv("POD_NAMESPACE"),
 		"namespace of the shard's status Lease, read by `kubectl shardsched shards` (default $POD_NAMESPACE; empty: none)")
+	fs.StringVar(&o.gcHeapFloor, "gc-heap-floor", "256Mi",
+		"the garbage collector runs no more often than once per this much heap growth while the live heap is smaller (a quantity, 0..64Gi; 0: Go's own pacing); it adds at most this much to the heap, a soft memory limit (GOMEMLIMIT) still caps it, and it is off when GOGC is set")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -160,6 +166,14 @@ func (o *options) validate() error {
 	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level=%q: %v", o.logLevel, err)
 	}
+	q, err := resource.ParseQuantity(o.gcHeapFloor)
+	if err != nil {
+		return fmt.Errorf("--gc-heap-floor=%q: %v", o.gcHeapFloor, err)
+	}
+	if q.Sign() < 0 || q.Cmp(*resource.NewQuantity(64<<30, resource.BinarySI)) > 0 {
+		return fmt.Errorf("--gc-heap-floor=%q: must be between 0 and 64Gi", o.gcHeapFloor)
+	}
+	o.gcFloor = uint64(q.Value())
 	return nil
 }
 
@@ -286,6 +300,13 @@ func run(o options, log *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	switch {
+	case o.gcFloor == 0:
+	case os.Getenv("GOGC") != "":
+		log.Info("GOGC is set: --gc-heap-floor is off", "GOGC", os.Getenv("GOGC"))
+	default:
+		go gcfloor.New(o.gcFloor).Run(ctx, time.Second)
+	}
 	tp, shutdownTracing, err := telemetry.Setup(ctx, "shardsched", o.shardName, nil)
 	if err != nil {
 		return err

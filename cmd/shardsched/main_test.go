@@ -39,6 +39,9 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		{append(base, "--coordinator-max-group-ops=5000"), "--coordinator-max-group-ops"},
 		{[]string{"--shard-name=s0", "--etcd-endpoints=x"}, "--coordinator-token-file"},
 		{append(base, "--coordinator-token-file=/x"), "--coordinator-token-file"},
+		{append(base, "--gc-heap-floor=lots"), "--gc-heap-floor"},
+		{append(base, "--gc-heap-floor=-1Mi"), "--gc-heap-floor"},
+		{append(base, "--gc-heap-floor=65Gi"), "--gc-heap-floor"},
 	}
 	for _, c := range cases {
 		_, err := parse(c.args)
@@ -120,5 +123,27 @@ func TestCycleIntervalFlag(t *testing.T) {
 	o, err = parse(append(base, "--cycle-interval=250ms"))
 	if err != nil || o.cycleInterval != 250*time.Millisecond {
 		t.Fatalf("--cycle-interval=250ms: %v (err %v)", o.cycleInterval, err)
+	}
+}
+
+func TestGCHeapFloorFlag(t *testing.T) {
+	base := []string{"--shard-name=s0", "--etcd-endpoints=127.0.0.1:2379", "--insecure-coordinator"}
+	for _, c := range []struct {
+		flag string
+		want uint64
+	}{
+		{"", 256 << 20}, // the default
+		{"--gc-heap-floor=1Gi", 1 << 30},
+		{"--gc-heap-floor=100M", 100e6},
+		{"--gc-heap-floor=0", 0},
+	} {
+		args := base
+		if c.flag != "" {
+			args = append(append([]string(nil), base...), c.flag)
+		}
+		o, err := parse(args)
+		if err != nil || o.gcFloor != c.want {
+			t.Errorf("%q: floor %d (err %v), want %d", c.flag, o.gcFloor, err, c.want)
+		}
 	}
 }
