@@ -21,7 +21,7 @@ const (
 )
 
 // printTables writes one Markdown table per mode; ratios are against the
-// first system of the mode.
+// first system of the mode (the mean of its runs when it ran again last).
 func printTables(w io.Writer, o options, results []result) {
 	if b := o.workload; b != nil {
 		fmt.Fprintf(w, "realbench: %d kwok nodes × %s, workload %s (%s, seed %d): %d pods in %d jobs per run, %d creators\n",
@@ -187,7 +187,7 @@ func buildReport(o options, results []result, chaosRuns, faultRuns []report.Run,
 			"kube-scheduler " + cluster.KubeVersion + ": one profile named after the run's schedulerName, leader election off, default plugins and percentageOfNodesToScore; kube-scheduler uses client QPS 50 / burst 100 (its defaults), kube-scheduler-qps 5000 / 5000.",
 		},
 	}
-	if o.baselineAgain && len(o.systems) > 1 && (slices.Contains(o.modes, modeStream) || slices.Contains(o.modes, modeBacklog)) {
+	if slices.ContainsFunc(results, func(r result) bool { return r.sys.again }) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("stream and backlog: %s, the baseline, runs first and again after the last system (%s%s); the ratios are against the mean of its two runs, so that a drift of the machine over the invocation (its first minutes after a pause are cheaper per pod for every process) favours no system.", o.systems[0].name, o.systems[0].name, againSuffix))
 	}
 	if slices.Contains(o.modes, modeRestart) {
@@ -294,6 +294,7 @@ func toRun(r result, tier, label string) report.Run {
 		Unbound:           unbound,
 		WallSeconds:       r.wall.Seconds(),
 		PodsPerSec:        r.podsPerSec,
+		BaselineAgain:     r.sys.again,
 		LatencyP50:        report.Percentile(r.latencies, 50),
 		LatencyP99:        report.Percentile(r.latencies, 99),
 		LatencyMax:        report.Percentile(r.latencies, 100),

@@ -98,7 +98,7 @@ func (r Report) writeResults(b *strings.Builder) {
 		}
 	}
 	writeTable(b, cols, rows)
-	b.WriteString("“vs baseline” is pods/s relative to the first run of the same mode, scenario and tier. " +
+	b.WriteString("“vs baseline” is pods/s relative to the first run of the same mode, scenario and tier (to the mean of it and the baseline's run again after the other systems, where there is one). " +
 		"A run fails when any invariant is non-zero or a chaos run lost an admitted job.")
 	if slices.ContainsFunc(r.Runs, func(run Run) bool { return run.Load != nil }) {
 		b.WriteString(" “Load before → during” is the machine's 1-minute load average when the run's clock started → " +
@@ -126,17 +126,26 @@ func loadCell(l *Load) string {
 }
 
 // vsBaseline is the pods/s of run i over that of the first run with the
-// same mode, scenario and tier.
+// same mode, scenario and tier, or over the mean of that run and the later
+// ones marked BaselineAgain when there are some.
 func (r Report) vsBaseline(i int) string {
 	run := r.Runs[i]
+	same := func(o Run) bool { return o.Mode == run.Mode && o.Scenario == run.Scenario && o.Tier == run.Tier }
 	base := i
 	for j, o := range r.Runs[:i] {
-		if o.Mode == run.Mode && o.Scenario == run.Scenario && o.Tier == run.Tier {
+		if same(o) {
 			base = j
 			break
 		}
 	}
-	bv := r.Runs[base].PodsPerSec
+	bv, n := r.Runs[base].PodsPerSec, 1
+	for _, o := range r.Runs[base+1:] {
+		if same(o) && o.BaselineAgain {
+			bv += o.PodsPerSec
+			n++
+		}
+	}
+	bv /= float64(n)
 	if !(bv > 0) || !finite(bv) || !finite(run.PodsPerSec) {
 		if base == i {
 			return "baseline"
@@ -144,8 +153,11 @@ func (r Report) vsBaseline(i int) string {
 		return "n/a"
 	}
 	ratio := strconv.FormatFloat(run.PodsPerSec/bv, 'f', 2, 64) + "×"
-	if base == i {
+	switch {
+	case base == i:
 		return ratio + " (baseline)"
+	case run.BaselineAgain:
+		return ratio + " (baseline, again)"
 	}
 	return ratio
 }

@@ -206,6 +206,31 @@ func row(t *testing.T, md, name string) []string {
 	return nil
 }
 
+// A baseline that ran again after the other systems: "vs baseline" is
+// against the mean of its two runs, for every run of the group and no
+// other.
+func TestVsBaselineAgainstTheMeanOfTheBaselinesRuns(t *testing.T) {
+	r := Report{Runs: []Run{
+		{Name: "binder", Mode: "real", Scenario: "stream", Tier: "t", PodsPerSec: 300},
+		{Name: "shard", Mode: "real", Scenario: "stream", Tier: "t", PodsPerSec: 270},
+		{Name: "other tier", Mode: "real", Scenario: "stream", Tier: "u", PodsPerSec: 100},
+		{Name: "binder-again", Mode: "real", Scenario: "stream", Tier: "t", PodsPerSec: 240, BaselineAgain: true},
+		{Name: "other tier 2", Mode: "real", Scenario: "stream", Tier: "u", PodsPerSec: 50},
+	}}
+	md := r.Markdown()
+	for _, c := range []struct{ run, ratio string }{
+		{"binder", "1.11× (baseline)"},
+		{"shard", "1.00×"},
+		{"binder-again", "0.89× (baseline, again)"},
+		{"other tier", "1.00× (baseline)"},
+		{"other tier 2", "0.50×"},
+	} {
+		if cells := row(t, md, c.run); !slices.Contains(cells, c.ratio) {
+			t.Errorf("%s: no %q cell in %q", c.run, c.ratio, cells)
+		}
+	}
+}
+
 func TestMarkdown(t *testing.T) {
 	r := fixture()
 	md := r.Markdown()

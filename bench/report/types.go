@@ -40,6 +40,10 @@ type Run struct {
 	// VirtualSeconds is the simulated time covered (sim mode only).
 	VirtualSeconds float64 `json:"virtualSeconds,omitempty"`
 	PodsPerSec     float64 `json:"podsPerSec"` // placements per wall second
+	// BaselineAgain marks the baseline's second run of its mode, scenario
+	// and tier, after the other systems: "vs baseline" is then against the
+	// mean of the baseline's runs.
+	BaselineAgain bool `json:"baselineAgain,omitempty"`
 	// Latency is submit→bind in seconds (virtual in sim mode, wall in real mode).
 	LatencyP50 float64 `json:"latencyP50"`
 	LatencyP99 float64 `json:"latencyP99"`

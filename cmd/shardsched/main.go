@@ -173,6 +173,9 @@ func (o *options) validate() error {
 	if q.Sign() < 0 || q.Cmp(*resource.NewQuantity(64<<30, resource.BinarySI)) > 0 {
 		return fmt.Errorf("--gc-heap-floor=%q: must be between 0 and 64Gi", o.gcHeapFloor)
 	}
+	if q.MilliValue()%1000 != 0 {
+		return fmt.Errorf("--gc-heap-floor=%q: must be a whole number of bytes", o.gcHeapFloor)
+	}
 	o.gcFloor = uint64(q.Value())
 	return nil
 }

@@ -42,6 +42,7 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		{append(base, "--gc-heap-floor=lots"), "--gc-heap-floor"},
 		{append(base, "--gc-heap-floor=-1Mi"), "--gc-heap-floor"},
 		{append(base, "--gc-heap-floor=65Gi"), "--gc-heap-floor"},
+		{append(base, "--gc-heap-floor=100m"), "--gc-heap-floor"}, // milli: a tenth of a byte
 	}
 	for _, c := range cases {
 		_, err := parse(c.args)

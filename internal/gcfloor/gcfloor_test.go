@@ -23,10 +23,14 @@ func TestPercent(t *testing.T) {
 		{live: 1024 * mib, floor: 256 * mib, base: 100, want: 100},
 		{live: 32 * mib, floor: 256 * mib, base: 1000, want: 1000}, // base already above the floor's
 		{live: 1 * mib, floor: 256 * mib, base: 100, want: MaxPercent},
-		{live: 0, floor: 256 * mib, base: 100, want: MaxPercent}, // before the first collection
-		{live: 32 * mib, floor: 0, base: 100, want: 100},         // no floor
-		{live: 32 * mib, floor: 256 * mib, base: -1, want: -1},   // GOGC=off stays off
-		{live: 1, floor: 1 << 62, base: 100, want: MaxPercent},   // no overflow
+		{live: 0, floor: 256 * mib, base: 100, want: 100}, // before the first collection: not known
+		{live: 3 * mib, floor: 64 << 30, base: 100, want: MaxPercent},
+		{live: 1<<64 - 1, floor: 1 << 36, base: 100, want: 100}, // no overflow
+		{live: 1<<57 + 1, floor: 1<<57 - 1, base: 100, want: 100},
+		{live: 1<<56 + 1, floor: 1<<62 - 1, base: 100, want: 6400},
+		{live: 32 * mib, floor: 0, base: 100, want: 100},       // no floor
+		{live: 32 * mib, floor: 256 * mib, base: -1, want: -1}, // GOGC=off stays off
+		{live: 1, floor: 1 << 62, base: 100, want: MaxPercent}, // no overflow
 	} {
 		if got := Percent(c.live, c.floor, c.base); got != c.want {
 			t.Errorf("Percent(live %d, floor %d, base %d) = %d, want %d", c.live, c.floor, c.base, got, c.want)
@@ -124,27 +128,31 @@ func TestRunPutsTheBaseBack(t *testing.T) {
 // has run, raises the percent for a small heap, and Run leaves the
 // program's percent as it found it.
 func TestTunerOfTheRunningProgram(t *testing.T) {
-	before := debug.SetGCPercent(100)
+	before := debug.SetGCPercent(150)
 	defer debug.SetGCPercent(before)
 	runtime.GC()
 	if liveHeap() == 0 {
 		t.Fatal("no live heap read after a collection")
 	}
 	tu := New(1 << 40) // far above this test's heap
-	if tu.base != 100 {
-		t.Fatalf("base %d, want the percent in force (100)", tu.base)
+	if tu.base != 150 {
+		t.Fatalf("base %d, want the percent in force (150)", tu.base)
 	}
 	if got := tu.Step(); got != MaxPercent {
 		t.Errorf("percent %d for a heap far below the floor, want %d", got, MaxPercent)
 	}
-	if now := debug.SetGCPercent(100); now != MaxPercent {
+	if now := gcPercent(); now != MaxPercent {
 		t.Errorf("the runtime's percent is %d, want %d", now, MaxPercent)
 	}
 	debug.SetGCPercent(MaxPercent)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tu.Run(ctx, time.Hour)
-	if now := debug.SetGCPercent(100); now != 100 {
-		t.Errorf("after Run the runtime's percent is %d, want the base 100", now)
+	if now := debug.SetGCPercent(150); now != 150 {
+		t.Errorf("after Run the runtime's percent is %d, want the base 150", now)
+	}
+	debug.SetGCPercent(-1)
+	if p := gcPercent(); p != -1 {
+		t.Errorf("with the collector off the percent reads %d, want -1", p)
 	}
 }
