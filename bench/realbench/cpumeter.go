@@ -88,8 +88,17 @@ func (s cpuSpent) note(bound int, system, harness time.Duration) string {
 	if s.machine > 0 {
 		fmt.Fprintf(&b, " + the rest %.2f", per(s.machine-known))
 	}
+	if api := s.parts[apiServerPart]; api > 0 {
+		// Every process of a run moves with the machine's speed of the
+		// moment, so this quotient varies less between runs of one build
+		// than either figure does (the thirtieth session's A/B runs).
+		fmt.Fprintf(&b, "; the system's CPU over %s's: %.3f", apiServerPart, system.Seconds()/api.Seconds())
+	}
 	return b.String()
 }
+
+// apiServerPart is the control plane part the API server's CPU is read as.
+const apiServerPart = "kube-apiserver"
 
 // idleRates measures, over window, the CPU per second of the system, the
 // harness (0 for an in-process system, which includes it), each control

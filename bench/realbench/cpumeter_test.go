@@ -15,7 +15,7 @@ func TestCPUSpentNote(t *testing.T) {
 	s := cpuSpent{parts: map[string]time.Duration{"kwok": 1 * time.Second, "kube-apiserver": 4 * time.Second, "etcd": 2 * time.Second},
 		machine: 12 * time.Second}
 	got := s.note(2000, 3*time.Second, 1*time.Second)
-	want := "CPU s per 1000 bound pods over the run: the whole machine 6.00 = the system 1.50 + the harness 0.50 + etcd 1.00 + kube-apiserver 2.00 + kwok 0.50 + the rest 0.50"
+	want := "CPU s per 1000 bound pods over the run: the whole machine 6.00 = the system 1.50 + the harness 0.50 + etcd 1.00 + kube-apiserver 2.00 + kwok 0.50 + the rest 0.50; the system's CPU over kube-apiserver's: 0.750"
 	if got != want {
 		t.Errorf("note =\n%s\nwant\n%s", got, want)
 	}

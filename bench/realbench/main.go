@@ -193,7 +193,7 @@ func main() {
 	flag.StringVar(&modes, "mode", modeStream, "same as -modes")
 	flag.StringVar(&systems, "systems", "binder,shardsched-1,shardsched-3,kube-scheduler,kube-scheduler-qps",
 		"systems to run, in order; the first is the baseline of the ratios")
-	flag.BoolVar(&o.baselineAgain, "baseline-again", true, "stream and backlog modes with two systems or more: run the first system again after the last, and take the ratios against the mean of its two runs (the machine drifts over an invocation: its first minutes after a pause were ~20 % cheaper per pod for every process, and the first system got them)")
+	flag.BoolVar(&o.baselineAgain, "baseline-again", true, "stream and backlog modes with two systems or more: run the first system again after the last, and take the ratios against the mean of its two runs (the machine's speed drifts over an invocation; a baseline measured on both sides of the others favours none of them)")
 	flag.StringVar(&o.out, "out", "", "also write the report (Markdown, JSON, plots) into this directory")
 	flag.Float64Var(&o.rate, "rate", 100, "chaos mode: pods created per second (the creators are rate-limited)")
 	flag.IntVar(&o.chaosShards, "chaos-shards", 4, "chaos mode: shard processes (two are killed)")

@@ -188,7 +188,7 @@ func buildReport(o options, results []result, chaosRuns, faultRuns []report.Run,
 		},
 	}
 	if slices.ContainsFunc(results, func(r result) bool { return r.sys.again }) {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("stream and backlog: %s, the baseline, runs first and again after the last system (%s%s); the ratios are against the mean of its two runs, so that a drift of the machine over the invocation (its first minutes after a pause are cheaper per pod for every process) favours no system.", o.systems[0].name, o.systems[0].name, againSuffix))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("stream and backlog: %s, the baseline, runs first and again after the last system (%s%s); the ratios are against the mean of its two runs, so that a drift of the machine's speed over the invocation favours no system.", o.systems[0].name, o.systems[0].name, againSuffix))
 	}
 	if slices.Contains(o.modes, modeRestart) {
 		rep.Notes = append(rep.Notes, "restart: the run's pods are created already bound (spec.nodeName, round-robin over the nodes) before the system starts, and kwok marks them running; the system's first start (its coordinator's etcd started and its first hand-off of keys included) is timed to every shard's /readyz, then shard-0's restarts, against kube-scheduler's cold start on the same cluster. Nothing is scheduled: the run's pods/s and latencies are not measured.")
