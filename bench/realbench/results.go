@@ -345,7 +345,8 @@ func targets(results []result, runs []report.Run) []report.Target {
 		}
 		s := runs[i]
 		where := fmt.Sprintf("%s, %s, %s", r.sys.name, r.mode, s.Tier)
-		if b, each := baselineRate(results, r.mode, "binder"); b > 0 {
+		b, each := baselineRate(results, r.mode, "binder")
+		if b > 0 {
 			q := s.PodsPerSec / b
 			t := report.Target{
 				Name:  "shardsched pods/s vs binder (" + where + ")",
@@ -386,8 +387,8 @@ func targets(results []result, runs []report.Run) []report.Target {
 			Value: fmt.Sprintf("%.2f× (%.0f vs %.0f pods/s)", q, s.PodsPerSec, k.PodsPerSec),
 			Met:   q >= 2,
 		}
-		if br := binderRate(runs, r.mode); !kt.Met && br > 0 {
-			kt.Why = fmt.Sprintf("with its client limits raised, kube-scheduler reaches %.2f× the no-logic binder here, so no scheduler can be 2× faster on this control plane: the API server (and, in stream mode, pod creation) is the ceiling", k.PodsPerSec/br)
+		if !kt.Met && b > 0 {
+			kt.Why = fmt.Sprintf("with its client limits raised, kube-scheduler reaches %.2f× the no-logic binder here, so no scheduler can be 2× faster on this control plane: the API server (and, in stream mode, pod creation) is the ceiling", k.PodsPerSec/b)
 		}
 		out = append(out, kt)
 		t := report.Target{
@@ -403,23 +404,6 @@ func targets(results []result, runs []report.Run) []report.Target {
 		out = append(out, t)
 	}
 	return out
-}
-
-// binderRate is the binder's mean pods/s over its runs in a mode (0 if it
-// did not run).
-func binderRate(runs []report.Run, mode string) float64 {
-	var sum float64
-	var n int
-	for _, r := range runs {
-		if r.Scenario == mode && r.System == "binder" {
-			sum += r.PodsPerSec
-			n++
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	return sum / float64(n)
 }
 
 // writeReport writes report.md, report.json and the plots into dir.

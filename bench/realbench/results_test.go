@@ -93,8 +93,8 @@ func TestRatiosAgainstTheBaselinesMean(t *testing.T) {
 	for _, r := range results {
 		runs = append(runs, toRun(r, "t", ""))
 	}
-	if got := binderRate(runs, modeStream); got != 900 {
-		t.Errorf("binderRate = %g, want the mean 900", got)
+	if got, _ := baselineRate(results, modeStream, "binder"); got != 900 {
+		t.Errorf("the binder's rate = %g, want the mean 900", got)
 	}
 	if runs[2].System != "binder" || runs[2].Name != "stream/binder-again" || !runs[2].BaselineAgain || runs[0].BaselineAgain {
 		t.Errorf("the second run is reported as system %q, name %q, again %v (the first: again %v)", runs[2].System, runs[2].Name, runs[2].BaselineAgain, runs[0].BaselineAgain)

@@ -38,11 +38,13 @@ func TestPercent(t *testing.T) {
 	}
 }
 
-// fakeRuntime is the live heap a Tuner reads and the percents it sets.
+// fakeRuntime is the live heap a Tuner reads and the percents it sets;
+// each set is also signalled on setDone when it is not nil.
 type fakeRuntime struct {
-	mu   sync.Mutex
-	heap uint64
-	sets []int
+	mu      sync.Mutex
+	heap    uint64
+	sets    []int
+	setDone chan struct{}
 }
 
 func (f *fakeRuntime) live() uint64 {
@@ -61,6 +63,9 @@ func (f *fakeRuntime) set(p int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sets = append(f.sets, p)
+	if f.setDone != nil {
+		f.setDone <- struct{}{}
+	}
 	return 0
 }
 
@@ -102,7 +107,7 @@ func TestTunerFollowsTheLiveHeap(t *testing.T) {
 
 // Run steps until its context ends, then puts the base back.
 func TestRunPutsTheBaseBack(t *testing.T) {
-	f := &fakeRuntime{heap: 32 * mib}
+	f := &fakeRuntime{heap: 32 * mib, setDone: make(chan struct{}, 16)}
 	tu := newTuner(256*mib, 100, f.live, f.set)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -110,13 +115,9 @@ func TestRunPutsTheBaseBack(t *testing.T) {
 		defer close(done)
 		tu.Run(ctx, time.Millisecond)
 	}()
-	for len(f.setCalls()) == 0 {
-		runtime.Gosched()
-	}
+	<-f.setDone // the first step's
 	f.setHeap(64 * mib)
-	for len(f.setCalls()) < 2 {
-		runtime.Gosched()
-	}
+	<-f.setDone // a tick's, for the new heap
 	cancel()
 	<-done
 	if got, want := f.setCalls(), []int{800, 400, 100}; !slices.Equal(got, want) {
