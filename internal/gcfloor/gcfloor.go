@@ -27,31 +27,48 @@ import (
 // (at start-up) does not ask for an unbounded one.
 const MaxPercent = 10000
 
+// heapMinimum is the runtime's smallest heap goal at GOGC=100 (4 MiB, its
+// defaultHeapMinimum); the runtime scales it with the percent, so that at
+// GOGC=10000 no goal is below 400 MiB.
+const heapMinimum = 4 << 20
+
 // Percent is the GC percent that makes the heap goal the larger of what
-// base gives and live+floor: max(base, ⌈floor×100/live⌉), at most
-// MaxPercent (and at least base). A negative base (the collector off), a
-// zero floor or a live heap not known yet (0: no collection has run) leave
-// base as it is.
-func Percent(live, floor uint64, base int) int {
+// base gives and live+floor. Go's goal is the live heap plus percent/100 of
+// what the last collection scanned: the live heap, the goroutine stacks and
+// the globals (scan here), and never less than 4 MiB × percent/100. So the
+// percent is ⌈floor×100/scan⌉, at most floor×100/4MiB (the minimum goal
+// then stays within the floor) and MaxPercent, and at least base. Without
+// that second bound a shard at 1,000 nodes grew its heap to 400 MiB while
+// starting (a few MiB live: the percent at MaxPercent, so the minimum goal
+// was 400 MiB), where live+floor was ~260 MiB; over the live heap alone
+// (a live heap of ~20 MiB, stacks and globals ~2 MiB) the goal was ~30 MiB
+// above live+floor. A negative base (the collector off), a zero floor or
+// a scan not known yet (0: no collection has run) leave base as it is.
+func Percent(scan, floor uint64, base int) int {
 	switch {
-	case base < 0 || floor == 0 || live == 0:
+	case base < 0 || floor == 0 || scan == 0:
 		return base
-	case floor/live >= MaxPercent/100:
-		return max(base, MaxPercent)
-	case live > math.MaxUint64/128:
-		return base // a live heap this size is far above any floor
+	case scan > math.MaxUint64/128:
+		return base // a heap this size is far above any floor
 	}
-	// floor < 100·live here; the remainder's part cannot overflow.
-	p := floor/live*100 + (floor%live*100+live-1)/live
-	return max(base, int(min(p, MaxPercent)))
+	top := uint64(MaxPercent)
+	if floor/heapMinimum < MaxPercent/100 {
+		top = floor * 100 / heapMinimum // floor < 400 MiB: no overflow
+	}
+	if floor/scan >= top/100 {
+		return max(base, int(top))
+	}
+	// floor < 100·scan here; the remainder's part cannot overflow.
+	p := floor/scan*100 + (floor%scan*100+scan-1)/scan
+	return max(base, int(min(p, top)))
 }
 
-// Tuner sets the GC percent from the live heap that the last collection
-// marked, read every period of Run. Step and Run are for one goroutine.
+// Tuner sets the GC percent from what the last collection scanned (see
+// Percent), read every period of Run. Step and Run are for one goroutine.
 type Tuner struct {
 	floor uint64
 	base  int
-	live  func() uint64 // the live heap marked by the last collection
+	scan  func() uint64 // what the last collection scanned, 0 before one ran
 	set   func(int) int // sets the GC percent, returns the one before
 	cur   int           // the percent last set
 }
@@ -59,20 +76,21 @@ type Tuner struct {
 // New returns a Tuner of the running program with the given floor in
 // bytes; its base is the GC percent in force now (GOGC's, or 100).
 func New(floor uint64) *Tuner {
-	return newTuner(floor, gcPercent(), liveHeap, debug.SetGCPercent)
+	return newTuner(floor, gcPercent(), scanned, debug.SetGCPercent)
 }
 
-func newTuner(floor uint64, base int, live func() uint64, set func(int) int) *Tuner {
-	return &Tuner{floor: floor, base: base, live: live, set: set, cur: base}
+func newTuner(floor uint64, base int, scan func() uint64, set func(int) int) *Tuner {
+	return &Tuner{floor: floor, base: base, scan: scan, set: set, cur: base}
 }
 
-// Step reads the live heap and sets the percent Percent gives for it,
-// unless it is within an eighth of the one in force (a heap that moves a
-// little does not reset the collector's goal every time, so the goal may
-// be up to an eighth off live+floor; going back to the base is always
-// done); it returns the percent in force after the step.
+// Step reads what the last collection scanned and sets the percent that
+// Percent gives for it, unless it is within an eighth of the one in force
+// (a heap that moves a little does not reset the collector's goal every
+// time, so the goal may be up to an eighth off live+floor; going back to
+// the base is always done); it returns the percent in force after the
+// step.
 func (t *Tuner) Step() int {
-	p := Percent(t.live(), t.floor, t.base)
+	p := Percent(t.scan(), t.floor, t.base)
 	if p != t.cur && (p == t.base || abs(p-t.cur) > abs(t.cur)/8) {
 		t.set(p)
 		t.cur = p
@@ -106,15 +124,24 @@ func (t *Tuner) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// liveHeap is the heap the last collection marked live (0 before the
-// first one, or if the runtime does not report it).
-func liveHeap() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+// scanned is what Go's heap goal takes the percent of (the pacer's
+// heapMarked + lastStackScan + globalsScan): the heap the last collection
+// marked live, the stack bytes it scanned and the scannable globals. 0
+// before the first collection, or if the runtime does not report them.
+func scanned() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+	var sum uint64
+	for _, v := range s {
+		if v.Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		sum += v.Value.Uint64()
 	}
-	return s[0].Value.Uint64()
+	if s[0].Value.Uint64() == 0 {
+		return 0 // no collection yet: the globals alone say nothing
+	}
+	return sum
 }
 
 // gcPercent is the GC percent in force (GOGC's, -1 for off), read without

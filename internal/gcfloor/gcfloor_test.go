@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"testing"
@@ -14,31 +15,34 @@ const mib = 1 << 20
 
 func TestPercent(t *testing.T) {
 	for _, c := range []struct {
-		live, floor uint64
+		scan, floor uint64 // scan: the live heap, stacks and globals
 		base, want  int
 	}{
-		{live: 32 * mib, floor: 256 * mib, base: 100, want: 800},  // goal 32+256 MiB
-		{live: 30 * mib, floor: 256 * mib, base: 100, want: 854},  // rounded up: the goal is never below live+floor
-		{live: 256 * mib, floor: 256 * mib, base: 100, want: 100}, // the floor is what base gives
-		{live: 1024 * mib, floor: 256 * mib, base: 100, want: 100},
-		{live: 32 * mib, floor: 256 * mib, base: 1000, want: 1000}, // base already above the floor's
-		{live: 1 * mib, floor: 256 * mib, base: 100, want: MaxPercent},
-		{live: 0, floor: 256 * mib, base: 100, want: 100}, // before the first collection: not known
-		{live: 3 * mib, floor: 64 << 30, base: 100, want: MaxPercent},
-		{live: 1<<64 - 1, floor: 1 << 36, base: 100, want: 100}, // no overflow
-		{live: 1<<57 + 1, floor: 1<<57 - 1, base: 100, want: 100},
-		{live: 1<<56 + 1, floor: 1<<62 - 1, base: 100, want: 6400},
-		{live: 32 * mib, floor: 0, base: 100, want: 100},       // no floor
-		{live: 32 * mib, floor: 256 * mib, base: -1, want: -1}, // GOGC=off stays off
-		{live: 1, floor: 1 << 62, base: 100, want: MaxPercent}, // no overflow
+		{scan: 32 * mib, floor: 256 * mib, base: 100, want: 800},  // goal 32+256 MiB
+		{scan: 30 * mib, floor: 256 * mib, base: 100, want: 854},  // rounded up: the goal is never below live+floor
+		{scan: 256 * mib, floor: 256 * mib, base: 100, want: 100}, // the floor is what base gives
+		{scan: 1024 * mib, floor: 256 * mib, base: 100, want: 100},
+		{scan: 32 * mib, floor: 256 * mib, base: 1000, want: 1000},        // base already above the floor's
+		{scan: 1 * mib, floor: 256 * mib, base: 100, want: 6400},          // the runtime's minimum goal (4 MiB × 64) is the floor
+		{scan: 100 * 1024, floor: 512 * mib, base: 100, want: MaxPercent}, // its minimum, 400 MiB, is within the floor
+		{scan: 1 * mib, floor: 8 * mib, base: 100, want: 200},             // not 800: the minimum goal would be 32 MiB
+		{scan: 1 * mib, floor: 2 * mib, base: 100, want: 100},             // a floor below 4 MiB: the base's minimum already
+		{scan: 0, floor: 256 * mib, base: 100, want: 100},                 // before the first collection: not known
+		{scan: 3 * mib, floor: 64 << 30, base: 100, want: MaxPercent},
+		{scan: 1<<64 - 1, floor: 1 << 36, base: 100, want: 100}, // no overflow
+		{scan: 1<<57 + 1, floor: 1<<57 - 1, base: 100, want: 100},
+		{scan: 1<<56 + 1, floor: 1<<62 - 1, base: 100, want: 6400},
+		{scan: 32 * mib, floor: 0, base: 100, want: 100},       // no floor
+		{scan: 32 * mib, floor: 256 * mib, base: -1, want: -1}, // GOGC=off stays off
+		{scan: 1, floor: 1 << 62, base: 100, want: MaxPercent}, // no overflow
 	} {
-		if got := Percent(c.live, c.floor, c.base); got != c.want {
-			t.Errorf("Percent(live %d, floor %d, base %d) = %d, want %d", c.live, c.floor, c.base, got, c.want)
+		if got := Percent(c.scan, c.floor, c.base); got != c.want {
+			t.Errorf("Percent(scan %d, floor %d, base %d) = %d, want %d", c.scan, c.floor, c.base, got, c.want)
 		}
 	}
 }
 
-// fakeRuntime is the live heap a Tuner reads and the percents it sets;
+// fakeRuntime is what a Tuner reads as scanned and the percents it sets;
 // each set is also signalled on setDone when it is not nil.
 type fakeRuntime struct {
 	mu      sync.Mutex
@@ -47,7 +51,7 @@ type fakeRuntime struct {
 	setDone chan struct{}
 }
 
-func (f *fakeRuntime) live() uint64 {
+func (f *fakeRuntime) scan() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.heap
@@ -75,12 +79,12 @@ func (f *fakeRuntime) setCalls() []int {
 	return append([]int(nil), f.sets...)
 }
 
-// The percent follows the live heap: up while it is small, back to the
+// The percent follows what the collector scanned: up while it is small, back to the
 // base once it passes the floor, and left alone when it moves by less
 // than an eighth.
-func TestTunerFollowsTheLiveHeap(t *testing.T) {
+func TestTunerFollowsWhatTheCollectorScanned(t *testing.T) {
 	f := &fakeRuntime{}
-	tu := newTuner(256*mib, 100, f.live, f.set)
+	tu := newTuner(256*mib, 100, f.scan, f.set)
 	steps := []struct {
 		heap uint64
 		want int
@@ -97,7 +101,7 @@ func TestTunerFollowsTheLiveHeap(t *testing.T) {
 	for _, s := range steps {
 		f.setHeap(s.heap)
 		if got := tu.Step(); got != s.want {
-			t.Errorf("live %d MiB: percent %d, want %d", s.heap/mib, got, s.want)
+			t.Errorf("scanned %d MiB: percent %d, want %d", s.heap/mib, got, s.want)
 		}
 	}
 	if got, want := f.setCalls(), []int{800, 640, 100, 400, 110, 100}; !slices.Equal(got, want) {
@@ -108,7 +112,7 @@ func TestTunerFollowsTheLiveHeap(t *testing.T) {
 // Run steps until its context ends, then puts the base back.
 func TestRunPutsTheBaseBack(t *testing.T) {
 	f := &fakeRuntime{heap: 32 * mib, setDone: make(chan struct{}, 16)}
-	tu := newTuner(256*mib, 100, f.live, f.set)
+	tu := newTuner(256*mib, 100, f.scan, f.set)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -125,27 +129,64 @@ func TestRunPutsTheBaseBack(t *testing.T) {
 	}
 }
 
-// Against the real runtime: a Tuner reads a live heap once the collector
-// has run, raises the percent for a small heap, and Run leaves the
-// program's percent as it found it.
+// Against the real runtime: a Tuner reads what the collector scanned once
+// it has run, raises the percent for a small heap so that the runtime's
+// own heap goal is the live heap plus the floor (not more: the stacks and
+// globals count in the goal too), and Run leaves the program's percent as
+// it found it.
 func TestTunerOfTheRunningProgram(t *testing.T) {
 	before := debug.SetGCPercent(150)
 	defer debug.SetGCPercent(before)
+	// A live heap of its own, so that the runtime's minimum goal (4 MiB
+	// times percent/100) stays below live+floor.
+	ballast := make([]byte, 8*mib)
 	runtime.GC()
-	if liveHeap() == 0 {
-		t.Fatal("no live heap read after a collection")
+	live, stacks, globals := readUint64("/gc/heap/live:bytes"), readUint64("/gc/scan/stack:bytes"), readUint64("/gc/scan/globals:bytes")
+	if live == 0 || scanned() != live+stacks+globals {
+		t.Fatalf("scanned %d after a collection, want live %d + stacks %d + globals %d", scanned(), live, stacks, globals)
 	}
-	tu := New(1 << 40) // far above this test's heap
+	if globals == 0 {
+		t.Fatal("no scannable globals read: the goal would be computed on the live heap alone")
+	}
+	const floor = 64 * mib
+	tu := New(floor)
 	if tu.base != 150 {
 		t.Fatalf("base %d, want the percent in force (150)", tu.base)
 	}
+	p := tu.Step()
+	if want := Percent(live+stacks+globals, floor, 150); p != want || p <= 150 {
+		t.Fatalf("percent %d, want %d (above the base)", p, want)
+	}
+	if now := gcPercent(); now != p {
+		t.Errorf("the runtime's percent is %d, want %d", now, p)
+	}
+	// The percent is rounded up, so the goal may pass live+floor by a
+	// hundredth of what was scanned, no more.
+	goal := readUint64("/gc/heap/goal:bytes")
+	if lo, hi := live+floor, live+floor+(live+stacks+globals)/100+1; goal < lo || goal > hi {
+		t.Errorf("heap goal %d, want live %d + floor %d (up to %d): stacks %d, globals %d", goal, live, uint64(floor), hi, stacks, globals)
+	}
+	runtime.KeepAlive(ballast)
+
+	debug.SetGCPercent(150)
+	// A heap of a few MiB, as at start-up: the percent is held to what
+	// keeps the runtime's minimum goal (4 MiB × percent/100) within the
+	// floor, where MaxPercent would make it 400 MiB.
+	runtime.GC()
+	live, scan := readUint64("/gc/heap/live:bytes"), scanned()
+	p = tu.Step()
+	if want := Percent(scan, floor, 150); p != want || p != floor*100/heapMinimum {
+		t.Fatalf("percent %d for a scan of %d, want %d (floor×100/4MiB)", p, scan, want)
+	}
+	if goal := readUint64("/gc/heap/goal:bytes"); goal < floor || goal > live+floor+scan/100+1 {
+		t.Errorf("heap goal %d with a live heap of %d, want the floor %d to live+floor", goal, live, uint64(floor))
+	}
+
+	debug.SetGCPercent(150)
+	tu = New(1 << 40) // far above any heap of this test
 	if got := tu.Step(); got != MaxPercent {
 		t.Errorf("percent %d for a heap far below the floor, want %d", got, MaxPercent)
 	}
-	if now := gcPercent(); now != MaxPercent {
-		t.Errorf("the runtime's percent is %d, want %d", now, MaxPercent)
-	}
-	debug.SetGCPercent(MaxPercent)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tu.Run(ctx, time.Hour)
@@ -156,4 +197,13 @@ func TestTunerOfTheRunningProgram(t *testing.T) {
 	if p := gcPercent(); p != -1 {
 		t.Errorf("with the collector off the percent reads %d, want -1", p)
 	}
+}
+
+func readUint64(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
