@@ -18,6 +18,7 @@ package gcfloor
 import (
 	"context"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -105,10 +106,20 @@ func abs(x int) int {
 	return x
 }
 
-// Run steps every period until ctx ends, then sets the base percent back.
+// Run steps after every collection and every period until ctx ends, then
+// sets the base percent back. The runtime computes the next goal when a
+// collection ends, with the percent in force then, which was set for the
+// scan of the collection before: while the heap grows fast (a shard
+// filling its informers) that percent is far too high for the new scan,
+// and a shard starting at 1M cores was seen with a goal of 1.8 GB for a
+// live heap of ~27 MB until the next period's step. Stepping as each
+// collection ends makes that window the time its cleanup takes to run,
+// not a period.
 func (t *Tuner) Run(ctx context.Context, every time.Duration) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	gcs := make(chan struct{}, 1)
+	afterNextGC(gcs)
 	t.Step()
 	for {
 		select {
@@ -118,10 +129,30 @@ func (t *Tuner) Run(ctx context.Context, every time.Duration) {
 				t.cur = t.base
 			}
 			return
+		case <-gcs:
+			afterNextGC(gcs)
+			t.Step()
 		case <-tick.C:
 			t.Step()
 		}
 	}
+}
+
+// sentinel is an object nothing keeps: the collection after it is made
+// finds it unreachable and runs its cleanup. It holds a pointer so that it
+// is not made by the tiny allocator, whose blocks are freed together.
+type sentinel struct{ _ *byte }
+
+// afterNextGC sends on gcs, without blocking, once a collection has run:
+// the cleanup of a new sentinel. A send after Run has returned goes to a
+// buffer nobody reads.
+func afterNextGC(gcs chan<- struct{}) {
+	runtime.AddCleanup(&sentinel{}, func(gcs chan<- struct{}) {
+		select {
+		case gcs <- struct{}{}:
+		default:
+		}
+	}, gcs)
 }
 
 // scanned is what Go's heap goal takes the percent of (the pacer's

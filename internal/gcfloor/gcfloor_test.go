@@ -129,6 +129,38 @@ func TestRunPutsTheBaseBack(t *testing.T) {
 	}
 }
 
+// Run steps when a collection ends, not only every period: with a period
+// of an hour, a collection is what brings the step for a new heap.
+func TestRunStepsAfterACollection(t *testing.T) {
+	f := &fakeRuntime{heap: 32 * mib, setDone: make(chan struct{}, 16)}
+	tu := newTuner(256*mib, 100, f.scan, f.set)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tu.Run(ctx, time.Hour)
+	}()
+	<-f.setDone // the first step's
+	f.setHeap(64 * mib)
+	stepped := false
+	for i := 0; i < 50 && !stepped; i++ {
+		runtime.GC()
+		select {
+		case <-f.setDone:
+			stepped = true
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	if !stepped {
+		t.Fatal("no step after 50 collections: Run steps only on its period")
+	}
+	if got, want := f.setCalls(), []int{800, 400, 100}; !slices.Equal(got, want) {
+		t.Errorf("set %v, want %v", got, want)
+	}
+}
+
 // Against the real runtime: a Tuner reads what the collector scanned once
 // it has run, raises the percent for a small heap so that the runtime's
 // own heap goal is the live heap plus the floor (not more: the stacks and
