@@ -56,7 +56,7 @@ func Percent(scan, floor uint64, base int) int {
 	if floor/heapMinimum < MaxPercent/100 {
 		top = floor * 100 / heapMinimum // floor < 400 MiB: no overflow
 	}
-	if floor/scan >= top/100 {
+	if floor/scan >= MaxPercent/100 {
 		return max(base, int(top))
 	}
 	// floor < 100·scan here; the remainder's part cannot overflow.
@@ -138,8 +138,9 @@ func (t *Tuner) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// sentinel is an object nothing keeps: the collection after it is made
-// finds it unreachable and runs its cleanup. It holds a pointer so that it
+// sentinel is an object nothing keeps: a following collection (the next
+// one, or the one after if it was made while one was marking) finds it
+// unreachable, and its cleanup runs once its span is swept. It holds a pointer so that it
 // is not made by the tiny allocator, whose blocks are freed together.
 type sentinel struct{ _ *byte }
 

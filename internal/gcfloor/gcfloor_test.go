@@ -2,6 +2,7 @@ package gcfloor
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -27,6 +28,7 @@ func TestPercent(t *testing.T) {
 		{scan: 100 * 1024, floor: 512 * mib, base: 100, want: MaxPercent}, // its minimum, 400 MiB, is within the floor
 		{scan: 1 * mib, floor: 8 * mib, base: 100, want: 200},             // not 800: the minimum goal would be 32 MiB
 		{scan: 1 * mib, floor: 2 * mib, base: 100, want: 100},             // a floor below 4 MiB: the base's minimum already
+		{scan: 9 * mib / 2, floor: 10 * mib, base: 100, want: 223},        // below the bound of 250, not at it
 		{scan: 0, floor: 256 * mib, base: 100, want: 100},                 // before the first collection: not known
 		{scan: 3 * mib, floor: 64 << 30, base: 100, want: MaxPercent},
 		{scan: 1<<64 - 1, floor: 1 << 36, base: 100, want: 100}, // no overflow
@@ -141,22 +143,27 @@ func TestRunStepsAfterACollection(t *testing.T) {
 		tu.Run(ctx, time.Hour)
 	}()
 	<-f.setDone // the first step's
-	f.setHeap(64 * mib)
-	stepped := false
-	for i := 0; i < 50 && !stepped; i++ {
-		runtime.GC()
-		select {
-		case <-f.setDone:
-			stepped = true
-		case <-time.After(100 * time.Millisecond):
+	// Twice: the hook is armed again after each collection.
+	for _, heap := range []uint64{64 * mib, 128 * mib} {
+		f.setHeap(heap)
+		stepped := false
+		for i := 0; i < 50 && !stepped; i++ {
+			runtime.GC()
+			select {
+			case <-f.setDone:
+				stepped = true
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if !stepped {
+			cancel()
+			<-done
+			t.Fatalf("no step for a scan of %d MiB after 50 collections: Run steps only on its period", heap/mib)
 		}
 	}
 	cancel()
 	<-done
-	if !stepped {
-		t.Fatal("no step after 50 collections: Run steps only on its period")
-	}
-	if got, want := f.setCalls(), []int{800, 400, 100}; !slices.Equal(got, want) {
+	if got, want := f.setCalls(), []int{800, 400, 200, 100}; !slices.Equal(got, want) {
 		t.Errorf("set %v, want %v", got, want)
 	}
 }
@@ -169,6 +176,8 @@ func TestRunStepsAfterACollection(t *testing.T) {
 func TestTunerOfTheRunningProgram(t *testing.T) {
 	before := debug.SetGCPercent(150)
 	defer debug.SetGCPercent(before)
+	// A soft memory limit (GOMEMLIMIT) would lower the goals read below.
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
 	// A live heap of its own, so that the runtime's minimum goal (4 MiB
 	// times percent/100) stays below live+floor.
 	ballast := make([]byte, 8*mib)
