@@ -111,21 +111,31 @@ func TestTunerFollowsWhatTheCollectorScanned(t *testing.T) {
 	}
 }
 
-// Run steps until its context ends, then puts the base back.
-func TestRunPutsTheBaseBack(t *testing.T) {
-	f := &fakeRuntime{heap: 32 * mib, setDone: make(chan struct{}, 16)}
+// runFake runs a Tuner (floor 256 MiB, base 100) over a fake runtime
+// whose scan starts at 32 MiB, with the given period, until stop; it
+// returns once the first step has set the percent.
+func runFake(every time.Duration) (f *fakeRuntime, stop func()) {
+	f = &fakeRuntime{heap: 32 * mib, setDone: make(chan struct{}, 16)}
 	tu := newTuner(256*mib, 100, f.scan, f.set)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tu.Run(ctx, time.Millisecond)
+		tu.Run(ctx, every)
 	}()
 	<-f.setDone // the first step's
+	return f, func() {
+		cancel()
+		<-done
+	}
+}
+
+// Run steps until its context ends, then puts the base back.
+func TestRunPutsTheBaseBack(t *testing.T) {
+	f, stop := runFake(time.Millisecond)
 	f.setHeap(64 * mib)
 	<-f.setDone // a tick's, for the new heap
-	cancel()
-	<-done
+	stop()
 	if got, want := f.setCalls(), []int{800, 400, 100}; !slices.Equal(got, want) {
 		t.Errorf("set %v, want %v", got, want)
 	}
@@ -134,15 +144,7 @@ func TestRunPutsTheBaseBack(t *testing.T) {
 // Run steps when a collection ends, not only every period: with a period
 // of an hour, a collection is what brings the step for a new heap.
 func TestRunStepsAfterACollection(t *testing.T) {
-	f := &fakeRuntime{heap: 32 * mib, setDone: make(chan struct{}, 16)}
-	tu := newTuner(256*mib, 100, f.scan, f.set)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tu.Run(ctx, time.Hour)
-	}()
-	<-f.setDone // the first step's
+	f, stop := runFake(time.Hour)
 	// Twice: the hook is armed again after each collection.
 	for _, heap := range []uint64{64 * mib, 128 * mib} {
 		f.setHeap(heap)
@@ -156,13 +158,11 @@ func TestRunStepsAfterACollection(t *testing.T) {
 			}
 		}
 		if !stepped {
-			cancel()
-			<-done
+			stop()
 			t.Fatalf("no step for a scan of %d MiB after 50 collections: Run steps only on its period", heap/mib)
 		}
 	}
-	cancel()
-	<-done
+	stop()
 	if got, want := f.setCalls(), []int{800, 400, 200, 100}; !slices.Equal(got, want) {
 		t.Errorf("set %v, want %v", got, want)
 	}
