@@ -140,8 +140,9 @@ func (t *Tuner) Run(ctx context.Context, every time.Duration) {
 
 // sentinel is an object nothing keeps: a following collection (the next
 // one, or the one after if it was made while one was marking) finds it
-// unreachable, and its cleanup runs once its span is swept. It holds a pointer so that it
-// is not made by the tiny allocator, whose blocks are freed together.
+// unreachable, and its cleanup runs once its span is swept. It holds a
+// pointer so that it is not made by the tiny allocator, whose blocks are
+// freed together.
 type sentinel struct{ _ *byte }
 
 // afterNextGC sends on gcs, without blocking, once a collection has run:
@@ -161,32 +162,35 @@ func afterNextGC(gcs chan<- struct{}) {
 // marked live, the stack bytes it scanned and the scannable globals. 0
 // before the first collection, or if the runtime does not report them.
 func scanned() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}
-	metrics.Read(s)
-	var sum uint64
-	for _, v := range s {
-		if v.Value.Kind() != metrics.KindUint64 {
-			return 0
-		}
-		sum += v.Value.Uint64()
+	live, ok1 := metric("/gc/heap/live:bytes")
+	stacks, ok2 := metric("/gc/scan/stack:bytes")
+	globals, ok3 := metric("/gc/scan/globals:bytes")
+	if !ok1 || !ok2 || !ok3 || live == 0 { // live 0: no collection yet, the globals alone say nothing
+		return 0
 	}
-	if s[0].Value.Uint64() == 0 {
-		return 0 // no collection yet: the globals alone say nothing
-	}
-	return sum
+	return live + stacks + globals
 }
 
 // gcPercent is the GC percent in force (GOGC's, -1 for off), read without
 // setting it; 100, Go's default, if the runtime does not report it.
 func gcPercent() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
+	v, ok := metric("/gc/gogc:percent")
+	switch {
+	case !ok:
 		return 100
-	}
-	v := s[0].Value.Uint64()
-	if v > math.MaxInt32 {
+	case v > math.MaxInt32:
 		return -1 // not a percent: off
 	}
 	return int(v)
+}
+
+// metric reads one of the runtime's uint64 metrics; false if the runtime
+// does not report it.
+func metric(name string) (uint64, bool) {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0, false
+	}
+	return s[0].Value.Uint64(), true
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"slices"
 	"sync"
 	"testing"
@@ -240,11 +239,8 @@ func TestTunerOfTheRunningProgram(t *testing.T) {
 	}
 }
 
+// readUint64 is metric's value, 0 when the runtime does not report it.
 func readUint64(name string) uint64 {
-	s := []metrics.Sample{{Name: name}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
+	v, _ := metric(name)
+	return v
 }
