@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardsched/shardsched/bench/report"
 )
@@ -105,6 +106,67 @@ func TestRatiosAgainstTheBaselinesMean(t *testing.T) {
 	for _, want := range []string{"vs binder (mean of 2 runs)", "| shardsched-1 | 855 | 0.95× |", "| binder-again | 800 | 0.89× |", "(1000 and 800 pods/s)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestTargetsAgainstKubeScheduler checks the goals against
+// kube-scheduler: p50 no worse than each kube-scheduler run's, CPU per pod
+// at most half kube-scheduler-qps's, each against the mean of that
+// system's runs when it ran twice (as the first system, run again last).
+func TestTargetsAgainstKubeScheduler(t *testing.T) {
+	ks, err := parseSystem("kube-scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qps, err := parseSystem("kube-scheduler-qps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := sysSpec{name: "shardsched-proc-1", shards: 1}
+	run := func(sys sysSpec, p50 float64, cpuPer1000 float64) result {
+		lat := []float64{p50 / 2, p50, p50 * 2} // 3 bound pods, median p50
+		return result{mode: modeStream, sys: sys, podsPerSec: 100, latencies: lat, pods: 3,
+			cpu: time.Duration(cpuPer1000 * 3 / 1000 * float64(time.Second))}
+	}
+	judge := func(rs []result) map[string]report.Target {
+		var runs []report.Run
+		for _, r := range rs {
+			runs = append(runs, toRun(r, "t", ""))
+		}
+		got := map[string]report.Target{}
+		for _, tg := range targets(rs, runs) {
+			got[strings.SplitN(tg.Name, " (", 2)[0]] = tg
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		name            string
+		rs              []result
+		p50ks, p50qps   bool // met
+		cpu             bool
+		cpuValuePrefix  string
+		p50qpsValuePref string
+	}{
+		{"well under", []result{run(shard, 0.5, 1.0), run(ks, 0.6, 2.5), run(qps, 2.0, 3.0)}, true, true, true, "1.00 vs 3.00 (0.33×)", "0.50 s vs 2.00 s (0.25×)"},
+		{"fewer but not half", []result{run(shard, 0.5, 1.6), run(ks, 0.6, 2.5), run(qps, 2.0, 3.0)}, true, true, false, "1.60 vs 3.00 (0.53×)", "0.50 s vs 2.00 s"},
+		{"p50 behind kube-scheduler's default", []result{run(shard, 0.7, 1.0), run(ks, 0.6, 2.5), run(qps, 2.0, 3.0)}, false, true, true, "1.00 vs 3.00", "0.70 s vs 2.00 s"},
+		{"the mean of its two runs", []result{run(qps, 1.0, 4.0), run(shard, 1.2, 1.9), run(qps.runAgain(), 2.0, 3.0)}, true, true, false, "1.90 vs 3.50 (0.54×)", "1.20 s vs 1.50 s (0.80×)"},
+	} {
+		got := judge(tc.rs)
+		if p, ok := got["p50 create→bound vs kube-scheduler"]; ok != (tc.name != "the mean of its two runs") || (ok && p.Met != tc.p50ks) {
+			t.Errorf("%s: p50 vs kube-scheduler present %v, met %v (%q); want met %v", tc.name, ok, p.Met, p.Value, tc.p50ks)
+		}
+		p := got["p50 create→bound vs kube-scheduler-qps"]
+		if p.Met != tc.p50qps || !strings.HasPrefix(p.Value, tc.p50qpsValuePref) || p.Goal != "no worse than kube-scheduler-qps's" {
+			t.Errorf("%s: p50 vs kube-scheduler-qps %q met %v (goal %q); want %q… met %v", tc.name, p.Value, p.Met, p.Goal, tc.p50qpsValuePref, tc.p50qps)
+		}
+		c := got["CPU s per 1000 pods vs kube-scheduler-qps"]
+		if c.Met != tc.cpu || !strings.HasPrefix(c.Value, tc.cpuValuePrefix) || c.Goal != "≤ 0.5× kube-scheduler-qps" {
+			t.Errorf("%s: CPU %q met %v (goal %q); want %q… met %v", tc.name, c.Value, c.Met, c.Goal, tc.cpuValuePrefix, tc.cpu)
+		}
+		if strings.Contains(c.Value, "includes the harness") {
+			t.Errorf("%s: a shard process's CPU is its own, yet the target says it includes the harness: %q", tc.name, c.Value)
 		}
 	}
 }
