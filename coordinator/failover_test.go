@@ -516,11 +516,16 @@ func TestLeaderFailoverCrash(t *testing.T) {
 }
 
 // TestLeaderFailoverCrashHard crashes the leader from outside: its HTTP
-// server stops answering and its etcd client is closed, so nothing can
-// resign or revoke; the lease must expire on its own.
+// server stops answering and its connection to etcd is cut, so nothing can
+// resign or revoke; the lease must expire on its own. The connection is
+// closed before the client: Client.Close ends the session's keep-alives
+// before it closes its connection, and the leader, seeing its session end,
+// resigns (as it should when it is still running), which could get
+// through in between and end the term on purpose.
 func TestLeaderFailoverCrashHard(t *testing.T) {
 	runFailover(t, "hard crash", func(p *participant) {
 		_ = p.s.hs.Close()
+		_ = p.cli.ActiveConnection().Close()
 		_ = p.cli.Close()
 	})
 }
