@@ -53,9 +53,26 @@ type result struct {
 	// pods only, else 0) split create→bound at the create call of the
 	// job's last pod (jobMadeNote).
 	makingP99, fromLastP99 float64
+	// spent is what each part of the machine spent over the run (empty
+	// when not read).
+	spent cpuSpent
 }
 
 func (r result) bound() int { return len(r.latencies) }
+
+// msPerPod is where the machine's CPU went per bound pod, in ms: the whole
+// machine, the API server, and the system with the harness beside it (for
+// an in-process system its CPU already includes the harness's). ok is
+// false when the machine's or the API server's was not read.
+func (r result) msPerPod() (machine, api, system float64, ok bool) {
+	n := r.bound()
+	apiCPU := r.spent.parts[apiServerPart]
+	if n == 0 || r.spent.machine == 0 || apiCPU == 0 {
+		return 0, 0, 0, false
+	}
+	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) }
+	return per(r.spent.machine), per(apiCPU), per(r.cpu + r.harnessCPU), true
+}
 
 // bindWatch records, from an informer on the run's namespace, when each pod
 // was created (by the harness) and first seen bound. Safe for concurrent use.
@@ -276,6 +293,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		r.notes = append(r.notes, f.notes...)
 		r.restarts, r.coldStart = f.restarts, f.coldStart
 	}
+	r.spent = spent
 	if _, bound := w.counts(); bound > 0 {
 		if n := spent.note(bound, r.cpu, r.harnessCPU); n != "" {
 			r.notes = append(r.notes, n)

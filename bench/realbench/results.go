@@ -350,7 +350,7 @@ func targets(results []result, runs []report.Run) []report.Target {
 				t.Value = fmt.Sprintf("%.2f× (%.0f vs %.0f pods/s, the mean of the binder's runs before and after the others: %s)", q, s.PodsPerSec, b, joinRates(each))
 			}
 			if !t.Met {
-				t.Why = "the API server is the bottleneck on this machine and shardsched writes more per pod than the binder (a Scheduled event, PodGroup and Queue status besides the bind); its own CPU also competes with the API server's for the 2 cores"
+				t.Why = cpuWhy(r, results, r.mode, "binder")
 			}
 			out = append(out, t)
 		}
@@ -408,6 +408,37 @@ func targets(results []result, runs []report.Run) []report.Target {
 		out = append(out, t)
 	}
 	return out
+}
+
+// cpuWhy explains a rate short of the baseline's from where the machine's
+// CPU went per bound pod, in r's run against the mean of the baseline's
+// runs: in stream mode on a machine whose cores are all busy, a rate is
+// the machine's CPU over its CPU per pod, so the part that grew is what
+// slowed it. Without the figures, it says what is known in general.
+func cpuWhy(r result, results []result, mode, baseline string) string {
+	const general = "the API server is the bottleneck on this machine and shardsched writes more per pod than the binder (a Scheduled event, PodGroup and Queue status besides the bind); its own CPU also competes with the API server's for the 2 cores"
+	machine, api, system, ok := r.msPerPod()
+	if !ok {
+		return general
+	}
+	var bm, ba, bs float64
+	n := 0
+	for _, b := range results {
+		if b.mode != mode || b.sys.baseName() != baseline {
+			continue
+		}
+		m, a, sy, ok := b.msPerPod()
+		if !ok {
+			return general
+		}
+		bm, ba, bs, n = bm+m, ba+a, bs+sy, n+1
+	}
+	if n == 0 {
+		return general
+	}
+	bm, ba, bs = bm/float64(n), ba/float64(n), bs/float64(n)
+	return fmt.Sprintf("the machine spent %.2f ms of CPU per bound pod in this run against %.2f in the %s's (the mean of its %d run(s)): kube-apiserver %.2f against %.2f, this system and the harness beside it %.2f against %.2f, the rest (etcd, kwok, other processes) %.2f against %.2f; with every core busy, the rate falls as the CPU per pod grows",
+		machine, bm, baseline, n, api, ba, system, bs, machine-api-system, bm-ba-bs)
 }
 
 // baselineMean is the mean of f over the runs of the system listed as name

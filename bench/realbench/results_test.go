@@ -170,3 +170,54 @@ func TestTargetsAgainstKubeScheduler(t *testing.T) {
 		}
 	}
 }
+
+// TestRateMissExplainedFromTheCPUPerPod checks that a pods/s target missed
+// against the binder says where the machine's CPU per pod went, in the
+// run and in the binder's (the mean of its runs), from the run's own
+// figures, and falls back to the general reason without them.
+func TestRateMissExplainedFromTheCPUPerPod(t *testing.T) {
+	binder, err := parseSystem("binder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := sysSpec{name: "shardsched-proc-1", shards: 1}
+	lat := make([]float64, 1000) // 1000 bound pods
+	ms := func(perPod float64) time.Duration { return time.Duration(perPod * 1000 * float64(time.Millisecond)) }
+	run := func(sys sysSpec, rate, machine, api, system, harness float64) result {
+		return result{mode: modeStream, sys: sys, podsPerSec: rate, latencies: lat, pods: 1000,
+			cpu: ms(system), harnessCPU: ms(harness),
+			spent: cpuSpent{machine: ms(machine), parts: map[string]time.Duration{apiServerPart: ms(api), "etcd": ms(0.8)}}}
+	}
+	results := []result{
+		run(binder, 300, 7.0, 4.2, 1.0, 0),
+		run(shard, 210, 9.4, 5.5, 1.0, 0.9),
+		run(binder.runAgain(), 280, 7.4, 4.6, 1.1, 0),
+	}
+	why := func(rs []result) string {
+		var runs []report.Run
+		for _, r := range rs {
+			runs = append(runs, toRun(r, "t", ""))
+		}
+		for _, tg := range targets(rs, runs) {
+			if strings.HasPrefix(tg.Name, "shardsched pods/s vs binder") {
+				if tg.Met {
+					t.Fatalf("0.72× reported met: %+v", tg)
+				}
+				return tg.Why
+			}
+		}
+		t.Fatal("no target against the binder")
+		return ""
+	}
+	got := why(results)
+	for _, want := range []string{"9.40 ms of CPU per bound pod in this run against 7.20 in the binder's (the mean of its 2 run(s))",
+		"kube-apiserver 5.50 against 4.40", "the harness beside it 1.90 against 1.05", "the rest (etcd, kwok, other processes) 2.00 against 1.75"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("why lacks %q:\n%s", want, got)
+		}
+	}
+	results[1].spent = cpuSpent{} // not read
+	if got := why(results); !strings.Contains(got, "the API server is the bottleneck") {
+		t.Errorf("without the CPU figures: %q, want the general reason", got)
+	}
+}
