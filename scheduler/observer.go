@@ -13,6 +13,10 @@ type Observer interface {
 	AdmissionWait(time.Duration)
 	// Reserve: one reservation call to the coordinator.
 	Reserve(time.Duration)
+	// Resize: one call to the coordinator resizing a job's reservation to
+	// what its tasks ask (a job of minMember below its size grows as its
+	// pods arrive: each waits for one before it is placed).
+	Resize(time.Duration)
 	// Place: one gang's placement (filter and score) in one cycle.
 	Place(time.Duration)
 	// BindWait: a placed pod's wait for a bind worker (its placement to
@@ -34,6 +38,7 @@ type noObserver struct{}
 func (noObserver) SubmitToBind(time.Duration)     {}
 func (noObserver) AdmissionWait(time.Duration)    {}
 func (noObserver) Reserve(time.Duration)          {}
+func (noObserver) Resize(time.Duration)           {}
 func (noObserver) Place(time.Duration)            {}
 func (noObserver) BindWait(time.Duration)         {}
 func (noObserver) BindCall(time.Duration)         {}

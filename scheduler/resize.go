@@ -279,7 +279,9 @@ func (s *Scheduler) resize(ctx context.Context, r resizeReq) {
 	s.rec(j.UID).boundAsked = r.bound
 	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	t0 := time.Now()
 	res, err := s.deps.Quota.Resize(cctx, j.UID, &r.bound, r.targets)
+	s.obs.Resize(time.Since(t0))
 	cancel()
 	switch {
 	case errors.Is(err, wire.ErrNotFound):

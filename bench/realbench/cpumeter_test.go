@@ -90,10 +90,11 @@ func TestWaitsNote(t *testing.T) {
 	m := map[string]float64{
 		"submit_to_bind_seconds_sum": 500, "submit_to_bind_seconds_count": 1000,
 		"reservation_seconds_sum": 2, "reservation_seconds_count": 400,
+		"resize_seconds_sum": 18, "resize_seconds_count": 900,
 		"bind_wait_seconds_sum": 10, "bind_wait_seconds_count": 1000,
 		"bind_call_seconds_sum": 100, "bind_call_seconds_count": 1000,
 	}
-	want := "where a pod's time went (means of the shard's histograms): creation to bind 500 ms over 1000 pods; a reservation call 5.0 ms (400); a placed pod's wait for a bind worker 10.0 ms (1000); a bind call 100.0 ms (1000)"
+	want := "where a pod's time went (means of the shard's histograms): creation to bind 500 ms over 1000 pods; a reservation call 5.0 ms (400); a resize of a reservation 20.0 ms (900); a placed pod's wait for a bind worker 10.0 ms (1000); a bind call 100.0 ms (1000)"
 	if got := waitsNote(m); got != want {
 		t.Errorf("waitsNote =\n%s\nwant\n%s", got, want)
 	}

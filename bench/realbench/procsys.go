@@ -395,6 +395,7 @@ func waitsNote(m map[string]float64) string {
 	fmt.Fprintf(&b, "where a pod's time went (means of the shard's histograms): creation to bind %.0f ms over %.0f pods", total*1000, n)
 	for _, h := range []struct{ name, what string }{
 		{"reservation_seconds", "a reservation call"},
+		{"resize_seconds", "a resize of a reservation"},
 		{"placement_seconds", "a job's placement in a cycle"},
 		{"bind_wait_seconds", "a placed pod's wait for a bind worker"},
 		{"bind_call_seconds", "a bind call"},

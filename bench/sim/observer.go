@@ -30,6 +30,7 @@ func (w *reserveWatch) Reserve(d time.Duration) {
 }
 
 func (*reserveWatch) SubmitToBind(time.Duration)     {}
+func (*reserveWatch) Resize(time.Duration)           {}
 func (*reserveWatch) AdmissionWait(time.Duration)    {}
 func (*reserveWatch) Place(time.Duration)            {}
 func (*reserveWatch) BindWait(time.Duration)         {}

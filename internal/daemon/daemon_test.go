@@ -477,7 +477,7 @@ func TestMetricsExistAndMove(t *testing.T) {
 	for _, name := range []string{"shardsched_owned_keys", "shardsched_gossip_members", "shardsched_coordinator_leader",
 		"shardsched_nodes_out_of_sync", "shardsched_status_writes_total", "shardsched_status_conflicts_total",
 		"shardsched_binds_total", "shardsched_admissions_total", "shardsched_cycles_total",
-		"shardsched_submit_to_bind_seconds_count", "shardsched_reservation_seconds_count"} {
+		"shardsched_submit_to_bind_seconds_count", "shardsched_reservation_seconds_count", "shardsched_resize_seconds_count"} {
 		if _, ok := before[name]; !ok {
 			t.Errorf("series %s missing from /metrics", name)
 		}
@@ -516,6 +516,15 @@ func TestMetricsExistAndMove(t *testing.T) {
 			now["shardsched_submit_to_bind_seconds_count"] > before["shardsched_submit_to_bind_seconds_count"] &&
 			now["shardsched_reservation_seconds_count"] > before["shardsched_reservation_seconds_count"]
 	}, "binds_total and admissions_total move")
+	// A second pod of the same PodGroup (minMember 1) grows its job's
+	// reservation: one resize, seen by the shard, before it is bound.
+	grown := ev.scrape()
+	ev.pod("m-1", "m", "1", "1Gi", nil)
+	testenv.Eventually(ev.t, 30*time.Second, func() bool {
+		now := ev.scrape()
+		return now["shardsched_binds_total"] > grown["shardsched_binds_total"] &&
+			now["shardsched_resize_seconds_count"] > grown["shardsched_resize_seconds_count"]
+	}, "the second pod bound after a resize of its job's reservation")
 	// Queue gauges: the bound CPU shows on the leaf and, rolled up, on the
 	// root (both owned by the only shard).
 	testenv.Eventually(ev.t, 30*time.Second, func() bool {

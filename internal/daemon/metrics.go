@@ -175,10 +175,10 @@ func sendConst(ch chan<- prometheus.Metric, desc *prometheus.Desc, t prometheus.
 // promObserver exports the scheduler's measurements (scheduler.Observer) as
 // Prometheus histograms and counters; safe for concurrent use.
 type promObserver struct {
-	submitToBind, admissionWait, reserve, place prometheus.Histogram
-	bindWait, bindCall                          prometheus.Histogram
-	evictions                                   *prometheus.CounterVec
-	victims, reclaimToRunning                   prometheus.Histogram
+	submitToBind, admissionWait, reserve, resize, place prometheus.Histogram
+	bindWait, bindCall                                  prometheus.Histogram
+	evictions                                           *prometheus.CounterVec
+	victims, reclaimToRunning                           prometheus.Histogram
 }
 
 var _ scheduler.Observer = (*promObserver)(nil)
@@ -193,6 +193,7 @@ func newPromObserver() *promObserver {
 		submitToBind:  h("submit_to_bind_seconds", "Pod creation to successful bind.", slow),
 		admissionWait: h("admission_wait_seconds", "PodGroup creation to admission by the coordinator.", slow),
 		reserve:       h("reservation_seconds", "Coordinator reservation latency seen by the shard.", fast),
+		resize:        h("resize_seconds", "One resize of a job's reservation to what its tasks ask, seen by the shard (a job growing as its pods arrive).", fast),
 		place:         h("placement_seconds", "Gang placement (filter and score) time per job and cycle.", fast),
 		bindWait:      h("bind_wait_seconds", "A placed pod's wait for a bind worker (placement to the start of its bind call).", slow),
 		bindCall:      h("bind_call_seconds", "One bind call to the API server, answered either way.", slow),
@@ -206,12 +207,13 @@ func newPromObserver() *promObserver {
 }
 
 func (o *promObserver) collectors() []prometheus.Collector {
-	return []prometheus.Collector{o.submitToBind, o.admissionWait, o.reserve, o.place, o.bindWait, o.bindCall, o.evictions, o.victims, o.reclaimToRunning}
+	return []prometheus.Collector{o.submitToBind, o.admissionWait, o.reserve, o.resize, o.place, o.bindWait, o.bindCall, o.evictions, o.victims, o.reclaimToRunning}
 }
 
 func (o *promObserver) SubmitToBind(d time.Duration)     { o.submitToBind.Observe(d.Seconds()) }
 func (o *promObserver) AdmissionWait(d time.Duration)    { o.admissionWait.Observe(d.Seconds()) }
 func (o *promObserver) Reserve(d time.Duration)          { o.reserve.Observe(d.Seconds()) }
+func (o *promObserver) Resize(d time.Duration)           { o.resize.Observe(d.Seconds()) }
 func (o *promObserver) Place(d time.Duration)            { o.place.Observe(d.Seconds()) }
 func (o *promObserver) BindWait(d time.Duration)         { o.bindWait.Observe(d.Seconds()) }
 func (o *promObserver) BindCall(d time.Duration)         { o.bindCall.Observe(d.Seconds()) }
