@@ -128,18 +128,34 @@ func printThroughput(w io.Writer, mode string, rs []result) {
 // second run, from -baseline-again, included) and each run's, in order;
 // 0 and nil if it did not run.
 func baselineRate(results []result, mode, name string) (float64, []float64) {
-	var each []float64
-	var sum float64
+	return meanOf(baselineRuns(results, mode, name), func(r result) float64 { return r.podsPerSec })
+}
+
+// baselineRuns is the runs in mode of the system listed as name in
+// -systems (its run again, from -baseline-again, included), in order.
+func baselineRuns(results []result, mode, name string) []result {
+	var out []result
 	for _, r := range results {
 		if r.mode == mode && r.sys.baseName() == name {
-			each = append(each, r.podsPerSec)
-			sum += r.podsPerSec
+			out = append(out, r)
 		}
 	}
-	if len(each) == 0 {
+	return out
+}
+
+// meanOf is the mean of f over runs and each run's value, in order; 0 and
+// nil without runs.
+func meanOf(runs []result, f func(result) float64) (float64, []float64) {
+	if len(runs) == 0 {
 		return 0, nil
 	}
-	return sum / float64(len(each)), each
+	each := make([]float64, len(runs))
+	var sum float64
+	for i, r := range runs {
+		each[i] = f(r)
+		sum += each[i]
+	}
+	return sum / float64(len(runs)), each
 }
 
 // joinRates is "812 and 745" (pods/s, rounded).
@@ -163,6 +179,19 @@ func ratio(v, base float64) string {
 
 func seconds(s float64) string {
 	return (time.Duration(s * float64(time.Second))).Round(time.Millisecond).String()
+}
+
+// p50Of is a run's median create→bound (or start→bound) latency, as
+// reported (toRun).
+func p50Of(r result) float64 { return report.Percentile(r.latencies, 50) }
+
+// harnessPer1000 is the harness's CPU s per 1000 bound pods beside a
+// system that runs as processes of its own.
+func harnessPer1000(r result) float64 {
+	if r.bound() == 0 {
+		return 0
+	}
+	return r.harnessCPU.Seconds() / float64(r.bound()) * 1000
 }
 
 func cpuPer1000(r result) float64 {
@@ -295,7 +324,7 @@ func toRun(r result, tier, label string) report.Run {
 		WallSeconds:       r.wall.Seconds(),
 		PodsPerSec:        r.podsPerSec,
 		BaselineAgain:     r.sys.again,
-		LatencyP50:        report.Percentile(r.latencies, 50),
+		LatencyP50:        p50Of(r),
 		LatencyP99:        report.Percentile(r.latencies, 99),
 		LatencyMax:        report.Percentile(r.latencies, 100),
 		LatencyCDF:        report.CDFSample(r.latencies, report.CDFPoints),
@@ -370,7 +399,7 @@ func targets(results []result, runs []report.Run) []report.Target {
 		}
 		if r.mode == modeStream {
 			for _, ks := range []string{"kube-scheduler", "kube-scheduler-qps"} {
-				if p50, n := baselineMean(results, runs, r.mode, ks, func(k report.Run) float64 { return k.LatencyP50 }); n > 0 {
+				if p50, each := meanOf(baselineRuns(results, r.mode, ks), p50Of); len(each) > 0 {
 					out = append(out, report.Target{
 						Name:  "p50 create→bound vs " + ks + " (" + where + ")",
 						Goal:  "no worse than " + ks + "'s",
@@ -380,10 +409,11 @@ func targets(results []result, runs []report.Run) []report.Target {
 				}
 			}
 		}
-		kRate, n := baselineMean(results, runs, r.mode, "kube-scheduler-qps", func(k report.Run) float64 { return k.PodsPerSec })
-		if n == 0 {
+		kube := baselineRuns(results, r.mode, "kube-scheduler-qps")
+		if len(kube) == 0 {
 			continue
 		}
+		kRate, _ := meanOf(kube, func(k result) float64 { return k.podsPerSec })
 		q := s.PodsPerSec / kRate
 		kt := report.Target{
 			Name:  "pods/s vs kube-scheduler-qps (" + where + ")",
@@ -395,7 +425,7 @@ func targets(results []result, runs []report.Run) []report.Target {
 			kt.Why = fmt.Sprintf("with its client limits raised, kube-scheduler reaches %.2f× the no-logic binder here, so no scheduler can be 2× faster on this control plane: the API server (and, in stream mode, pod creation) is the ceiling", kRate/b)
 		}
 		out = append(out, kt)
-		kCPU, _ := baselineMean(results, runs, r.mode, "kube-scheduler-qps", func(k report.Run) float64 { return k.CPUSecondsPer1000 })
+		kCPU, _ := meanOf(kube, cpuPer1000)
 		t := report.Target{
 			Name:  "CPU s per 1000 pods vs kube-scheduler-qps (" + where + ")",
 			Goal:  "≤ 0.5× kube-scheduler-qps",
@@ -403,7 +433,8 @@ func targets(results []result, runs []report.Run) []report.Target {
 			Met:   s.Pods > 0 && kCPU > 0 && s.CPUSecondsPer1000 <= kCPU/2,
 		}
 		if r.inProcess {
-			t.Value += fmt.Sprintf(" (shardsched's figure includes the harness, %.2f per 1000 pods beside kube-scheduler-qps)", baselineHarness(results, r.mode, "kube-scheduler-qps"))
+			harness, _ := meanOf(kube, harnessPer1000)
+			t.Value += fmt.Sprintf(" (shardsched's figure includes the harness, %.2f per 1000 pods beside kube-scheduler-qps)", harness)
 		}
 		out = append(out, t)
 	}
@@ -421,59 +452,22 @@ func cpuWhy(r result, results []result, mode, baseline string) string {
 	if !ok {
 		return general
 	}
+	base := baselineRuns(results, mode, baseline)
+	if len(base) == 0 {
+		return general
+	}
 	var bm, ba, bs float64
-	n := 0
-	for _, b := range results {
-		if b.mode != mode || b.sys.baseName() != baseline {
-			continue
-		}
+	for _, b := range base {
 		m, a, sy, ok := b.msPerPod()
 		if !ok {
 			return general
 		}
-		bm, ba, bs, n = bm+m, ba+a, bs+sy, n+1
+		bm, ba, bs = bm+m, ba+a, bs+sy
 	}
-	if n == 0 {
-		return general
-	}
+	n := len(base)
 	bm, ba, bs = bm/float64(n), ba/float64(n), bs/float64(n)
 	return fmt.Sprintf("the machine spent %.2f ms of CPU per bound pod in this run against %.2f in the %s's (the mean of its %d run(s)): kube-apiserver %.2f against %.2f, this system and the harness beside it %.2f against %.2f, the rest (etcd, kwok, other processes) %.2f against %.2f; with every core busy, the rate falls as the CPU per pod grows",
 		machine, bm, baseline, n, api, ba, system, bs, machine-api-system, bm-ba-bs)
-}
-
-// baselineMean is the mean of f over the runs of the system listed as name
-// in -systems (its run again included) in mode, and how many there were.
-// runs[i] is results[i] as a report.Run.
-func baselineMean(results []result, runs []report.Run, mode, name string, f func(report.Run) float64) (float64, int) {
-	var sum float64
-	var n int
-	for i, r := range results {
-		if r.mode == mode && r.sys.baseName() == name {
-			sum += f(runs[i])
-			n++
-		}
-	}
-	if n == 0 {
-		return 0, 0
-	}
-	return sum / float64(n), n
-}
-
-// baselineHarness is the harness's CPU s per 1000 bound pods beside the
-// runs of the system listed as name in mode (over all of them).
-func baselineHarness(results []result, mode, name string) float64 {
-	var cpu time.Duration
-	var bound int
-	for _, r := range results {
-		if r.mode == mode && r.sys.baseName() == name {
-			cpu += r.harnessCPU
-			bound += r.bound()
-		}
-	}
-	if bound == 0 {
-		return 0
-	}
-	return cpu.Seconds() / float64(bound) * 1000
 }
 
 // writeReport writes report.md, report.json and the plots into dir.
