@@ -98,8 +98,8 @@ type Machine struct {
 	heldGen  uint64
 	heldMemo heldMemo
 	// wake is the earliest time at which the clock alone can move a key
-	// (zero: no such time): a retry falling due, the lease going stale or
-	// possibly expiring. Every step and stepKey keeps it; a Tick before it
+	// (zero: no such time): a retry falling due, or the lease possibly
+	// expiring. Every step and stepKey keeps it; a Tick before it
 	// has nothing to do and skips the pass over every key (at 1,000 keys,
 	// ten passes a second were a twentieth of a busy shard's CPU).
 	wake time.Time
@@ -388,12 +388,11 @@ func (m *Machine) step() []Action {
 	fresh := m.leaseFresh()
 	expired := m.leaseExpired()
 	// What the clock can change next, worked out again from every key
-	// (settle adds the retries) and the lease: fresh until the margin
-	// before leaseUntil, possibly expired from leaseUntil.
+	// (settle adds the retries) and the lease: possibly expired from
+	// leaseUntil, which moves held keys. The lease going stale a margin
+	// before moves none (it only stops acquires and a draining key's
+	// return, which a fresh lease, a full step, brings back).
 	m.wake = time.Time{}
-	if fresh {
-		m.wakeAt(m.leaseUntil.Add(-m.cfg.LeaseMargin))
-	}
 	if !expired {
 		m.wakeAt(m.leaseUntil)
 	}
