@@ -745,20 +745,24 @@ func (c *Cluster) Shrink(names []string, milliCPU int64) {
 	}
 }
 
-// NodeState is a node and the tasks bound to it, as the API server has
-// them (for rebuilding an out-of-sync node's books).
-func (c *Cluster) NodeState(name string) (api.Node, []api.Task, bool) {
+// NodeState calls apply with a node and the tasks bound to it, as the API
+// server has them (for rebuilding an out-of-sync node's books), read just
+// before; false when the node is not known.
+func (c *Cluster) NodeState(name string, apply func(api.Node, []api.Task)) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	n, ok := c.nodes[name]
 	if !ok {
-		return api.Node{}, nil, false
+		c.mu.Unlock()
+		return false
 	}
 	tasks := make([]api.Task, 0, len(n.pods))
 	for uid := range n.pods {
 		tasks = append(tasks, c.pods[uid].t)
 	}
-	return n.n, tasks, true
+	node := n.n
+	c.mu.Unlock()
+	apply(node, tasks)
+	return true
 }
 
 // NodeUsage is what is bound to a node (truth): CPU, memory and pod count.

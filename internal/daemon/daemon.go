@@ -170,7 +170,9 @@ func Run(ctx context.Context, opts Options, ready func(*Daemon)) error {
 		Observer: obs,
 		// A closure: src is set once the process is built (a method value
 		// would bind the nil it is now).
-		NodeState:   func(name string) (api.Node, []api.Task, bool) { return src.NodeState(name) },
+		NodeState: func(name string, apply func(api.Node, []api.Task)) bool {
+			return src.NodeState(name, apply)
+		},
 		OnOutOfSync: func(node, reason string) { log.Warn("node out of sync", "node", node, "reason", reason) },
 	})
 	if err != nil {

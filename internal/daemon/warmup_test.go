@@ -172,7 +172,7 @@ func (r podRequests) RoundTrip(req *http.Request) (*http.Response, error) {
 	return r.next.RoundTrip(req)
 }
 
-// The pod informer takes its initial state as client-go's watch-list (a
+// The pods' reflector takes its initial state as client-go's watch-list (a
 // stream of watch events) unless Options.ListFirst asks for a list first.
 func TestInformersWatchListUnlessListFirst(t *testing.T) {
 	for _, listFirst := range []bool{false, true} {

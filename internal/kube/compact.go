@@ -12,19 +12,17 @@ import (
 
 // The informers' transform: what a shard keeps of each object it watches.
 
-// storedPod is what the pod informer's store holds of a pod: the task
-// converted from the pod as it arrived, and of the pod's metadata only what
-// the informer itself reads (namespace and name for the store's key, the
-// resource version that tells an update from a resync, the UID a delete is
-// told by). Every shard keeps every pod of the cluster, and the scheduler
-// reads nothing of a pod but its task: a pod kept as a *corev1.Pod cut down
-// to what TaskFromPod reads, beside its task in the cache, weighed 4.7 times
-// what this and the cache's task do (BenchmarkPodMemory, a batch Job's pod).
-//
-// The pod informer's store therefore holds no *corev1.Pod: its generated
-// lister must not be used (it asserts that type), nor client-go's
-// watch-list consistency check (KUBE_WATCHLIST_INCONSISTENCY_DETECTOR, a
-// setting for client-go's own CI), which asserts runtime.Object.
+// storedPod is what a pod event becomes before its task is handed to the
+// sink (podstore.go): the task converted from the pod as it arrived, and of
+// the pod's metadata only what client-go reads (namespace and name for a
+// store's key, the resource version, the UID a delete is told by). It is
+// what the pod reflector's temporary store holds of each pod while a
+// watch-list's initial events come in (the transform is the store's
+// Transformer), and it is dropped once its task is handed on: the sink
+// keeps the tasks, and nothing else keeps pods. (A pod kept as a
+// *corev1.Pod cut down to what TaskFromPod reads, beside its task in the
+// cache, weighed 4.7 times what this and the cache's task do:
+// BenchmarkPodMemory, a batch Job's pod.)
 //
 // Nor does it hold a whole task. A task's fields but five (its name, UID,
 // node, phase and creation time) are those of its pod template: the pods of

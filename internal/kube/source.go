@@ -13,10 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedv1 "k8s.io/api/scheduling/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	schedlisters "k8s.io/client-go/listers/scheduling/v1"
 	"k8s.io/client-go/tools/cache"
@@ -75,14 +73,22 @@ type Source struct {
 	// handlers are the event handlers' registrations, by informer: Start
 	// waits until each has been handed its informer's initial list.
 	handlers []handlerReg
+	// The pods' reflector and its store (podstore.go), the client it
+	// lists with, and its goroutine.
+	cs        kubernetes.Interface
+	transform cache.TransformFunc
+	pods      *podStore
+	podRefl   *cache.Reflector
+	podsRun   sync.WaitGroup
 	// regErr is why a handler could not be added (Start returns it).
 	regErr error
 }
 
-// handlerReg is one event handler's registration on the informer named.
+// handlerReg is what tells that the informer named (or the pod
+// reflector's store) has handed its initial list to its handler.
 type handlerReg struct {
 	informer string
-	reg      cache.ResourceEventHandlerRegistration
+	synced   cache.DoneChecker
 }
 
 // handle adds h to inf (named informer) and keeps its registration.
@@ -92,7 +98,7 @@ func (s *Source) handle(informer string, inf cache.SharedInformer, h cache.Resou
 		s.regErr = errors.Join(s.regErr, fmt.Errorf("%s informer: %w", informer, err))
 		return
 	}
-	s.handlers = append(s.handlers, handlerReg{informer, reg})
+	s.handlers = append(s.handlers, handlerReg{informer, reg.HasSyncedChecker()})
 }
 
 // ListFirst returns cs marked, for client-go's informers built on it, as
@@ -112,23 +118,16 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	transform := storeTransform(newPodInterner())
 	s := &Source{
-		log: log, sink: sink, onQueues: onQueues,
-		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(storeTransform(newPodInterner()))),
+		log: log, sink: sink, onQueues: onQueues, cs: cs, transform: transform,
+		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(transform)),
 		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
-	// The pod informer keeps one index, by node: not the factory's
-	// default one by namespace, which serves a pod lister the stored pods
-	// cannot serve (see storedPod) and holds a set entry for every pod of
-	// the cluster.
-	s.core.InformerFor(&corev1.Pod{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredPodInformer(cs, metav1.NamespaceAll, resync, cache.Indexers{podNodeIndex: func(o any) ([]string, error) {
-			if p, ok := o.(*storedPod); ok && p.err == nil && p.nodeName != "" {
-				return []string{p.nodeName}, nil
-			}
-			return nil, nil
-		}}, nil)
-	})
+	// The pods are followed by a reflector into the sink (podstore.go),
+	// not by an informer that would keep them all a second time.
+	s.pods = newPodStore(sink, transform, func(key string, err error) { s.bad("pod", key, err) })
+	s.podRefl = cache.NewReflectorWithOptions(podListWatch(cs), &corev1.Pod{}, s.pods, cache.ReflectorOptions{Name: "pods", TypeDescription: "*v1.Pod"})
 	s.handle("nodes", s.core.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.node(o) },
 		UpdateFunc: func(_, o any) { s.node(o) },
@@ -138,15 +137,7 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 			}
 		},
 	})
-	s.handle("pods", s.core.Core().V1().Pods().Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { s.pod(o) },
-		UpdateFunc: func(_, o any) { s.pod(o) },
-		DeleteFunc: func(o any) {
-			if p, ok := unwrap(o).(*storedPod); ok {
-				sink.DeleteTask(string(p.uid))
-			}
-		},
-	})
+	s.handlers = append(s.handlers, handlerReg{"pods", s.pods})
 	// PriorityClasses resolve a PodGroup's priorityClassName; a class that
 	// appears, changes or goes re-converts the PodGroups it concerns.
 	pci := s.core.Scheduling().V1().PriorityClasses()
@@ -192,6 +183,7 @@ func (s *Source) Start(ctx context.Context) error {
 	}
 	s.core.Start(ctx.Done())
 	s.vol.Start(ctx.Done())
+	s.podsRun.Go(func() { s.podRefl.RunWithContext(ctx) })
 	// A handler has synced once its informer's store has and the handler
 	// has been given the whole initial list (handlers are fed from a
 	// buffer of their own, behind the store): waiting on the store alone,
@@ -213,7 +205,7 @@ func (s *Source) Start(ctx context.Context) error {
 func (s *Source) waitSynced(ctx context.Context, h handlerReg, tick <-chan time.Time) error {
 	for {
 		select {
-		case <-h.reg.HasSyncedChecker().Done():
+		case <-h.synced.Done():
 			return nil
 		case <-ctx.Done():
 			return fmt.Errorf("stopped before the %s informer had listed the cluster: %w", h.informer, ctx.Err())
@@ -229,7 +221,7 @@ func (s *Source) waitSynced(ctx context.Context, h handlerReg, tick <-chan time.
 func (s *Source) Pending() []string {
 	var out []string
 	for _, h := range s.handlers {
-		if !h.reg.HasSynced() {
+		if !cache.IsDone(h.synced) {
 			out = append(out, h.informer)
 		}
 	}
@@ -250,35 +242,33 @@ func syncHint(pending []string) string {
 func (s *Source) Shutdown() {
 	s.core.Shutdown()
 	s.vol.Shutdown()
+	s.podsRun.Wait()
 }
 
-// NodeState returns a node and the tasks bound to it from the informer
-// caches (the API server's state), for rebuilding an out-of-sync node; ok
-// false when the node is not known or cannot be converted. A rebuild
-// replaces what the cache knows of the node with what it is given, so it
-// must follow this read at once (an event the cache takes in between is
-// undone): the node's pods are read by the index, not by a pass over all.
-func (s *Source) NodeState(name string) (node api.Node, tasks []api.Task, ok bool) {
+// NodeState calls apply with a node and the tasks bound to it as the API
+// server has them, for rebuilding an out-of-sync node, and returns true;
+// false (apply not called) when the node is not known, cannot be
+// converted, or its pods could not be listed (within podRebuildTimeout).
+// The node is read from its informer, its pods are listed from the API
+// server (no pod is kept here per node: podstore.go), and no pod event
+// reaches the sink from before the list to the end of apply: apply (a
+// rebuild, which replaces what the cache knows of the node) undoes none.
+func (s *Source) NodeState(name string, apply func(node api.Node, tasks []api.Task)) bool {
 	o, found, err := s.core.Core().V1().Nodes().Informer().GetStore().GetByKey(name) // a node's key is its name
 	n, stored := o.(*storedNode)
 	if err != nil || !found || !stored || n.err != nil {
-		return api.Node{}, nil, false
+		return false
 	}
-	objs, err := s.core.Core().V1().Pods().Informer().GetIndexer().ByIndex(podNodeIndex, name)
+	s.pods.mu.Lock()
+	defer s.pods.mu.Unlock()
+	tasks, err := nodeTasks(context.Background(), s.cs, s.transform, name)
 	if err != nil {
-		return api.Node{}, nil, false
+		s.log.Warn("node out of sync not rebuilt", "node", name, "err", err)
+		return false
 	}
-	for _, o := range objs {
-		// The index holds converted pods only, each under its own node.
-		if p, ok := o.(*storedPod); ok {
-			tasks = append(tasks, p.task())
-		}
-	}
-	return n.node, tasks, true
+	apply(n.node, tasks)
+	return true
 }
-
-// podNodeIndex indexes pods by spec.nodeName.
-const podNodeIndex = "nodeName"
 
 // bad logs an object that could not be converted: it is left out (a
 // Queue's is also reported on the Queue by its owner, QueueReporter).
@@ -297,19 +287,6 @@ func (s *Source) node(o any) {
 		return
 	}
 	s.sink.AddOrUpdateNode(n.node)
-}
-
-// pod hands the sink the task the transform converted (storeTransform).
-func (s *Source) pod(o any) {
-	p, ok := o.(*storedPod)
-	if !ok {
-		return
-	}
-	if p.err != nil {
-		s.bad("pod", p.namespace+"/"+p.name, p.err)
-		return
-	}
-	s.sink.AddOrUpdateTask(p.task())
 }
 
 func (s *Source) podGroup(o any) {

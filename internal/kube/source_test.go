@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -185,7 +184,7 @@ func (s *taskSink) AddOrUpdateNode(n api.Node)        { s.nodes.put(n.Name, n) }
 func (s *taskSink) DeleteNode(name, uid string)       { s.nodes.remove(name, uid) }
 func (s *taskSink) node(name string) (api.Node, bool) { return s.nodes.get(name) }
 
-// The pod informer stores tasks (storeTransform), and what the sink and
+// The pods are converted to tasks (storeTransform), and what the sink and
 // NodeState are given from them follows the pods: an update is handed on,
 // a pod that cannot be converted is left out until it is fixed, a delete
 // is told by the pod's UID, and a node's state holds the tasks bound to it.
@@ -211,17 +210,14 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 		cancel()
 		src.Shutdown()
 	}()
-	// The pod cache keeps the index by node only (not the factory's by
-	// namespace: a set entry per pod, for nothing).
-	if idx := slices.Sorted(maps.Keys(src.core.Core().V1().Pods().Informer().GetIndexer().GetIndexers())); !slices.Equal(idx, []string{podNodeIndex}) {
-		t.Errorf("the pod informer keeps indexes %v, want [%s]", idx, podNodeIndex)
-	}
 	// n0's state, and none for a node the API server does not have.
 	onNode := func() []string {
-		if n, _, ok := src.NodeState("gone"); ok {
-			t.Fatalf("state told for an unknown node: %+v", n)
+		if src.NodeState("gone", func(n api.Node, _ []api.Task) { t.Fatalf("state told for an unknown node: %+v", n) }) {
+			t.Fatal("NodeState of an unknown node returned true")
 		}
-		n, tasks, ok := src.NodeState("n0")
+		var n api.Node
+		var tasks []api.Task
+		ok := src.NodeState("n0", func(nn api.Node, tt []api.Task) { n, tasks = nn, tt })
 		if !ok || n.Name != "n0" {
 			t.Fatalf("node n0's state: %+v (%v)", n, ok)
 		}
@@ -270,7 +266,7 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	}
 	// A node's delete is told by its UID, and its state is gone.
 	deleted(t, &sink.nodes, "n0", []string{"node-0"}, func() error { return cs.CoreV1().Nodes().Delete(ctx, "n0", metav1.DeleteOptions{}) })
-	if n, _, ok := src.NodeState("n0"); ok {
-		t.Errorf("a deleted node's state told: %+v", n)
+	if src.NodeState("n0", func(n api.Node, _ []api.Task) { t.Errorf("a deleted node's state told: %+v", n) }) {
+		t.Error("NodeState of a deleted node returned true")
 	}
 }

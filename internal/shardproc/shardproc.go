@@ -64,11 +64,12 @@ type Ports struct {
 	Groups   scheduler.Groups   // nil: no implicit PodGroups are created
 	Evictor  scheduler.Evictor  // nil: quota is never taken back
 	Observer scheduler.Observer // nil: measurements dropped
-	// NodeState is the truth about one node (its object and the tasks
-	// bound to it), read to rebuild the books of a node out of sync just
-	// before the rebuild; ok false when it is not known. Called from the
-	// ownership loop.
-	NodeState func(name string) (node api.Node, tasks []api.Task, ok bool)
+	// NodeState calls apply with the truth about one node (its object and
+	// the tasks bound to it), to rebuild the books of a node out of sync,
+	// taking no other event of its pods into the cache in between; false
+	// (apply not called) when it is not known or cannot be read. Called
+	// from the ownership loop.
+	NodeState func(name string, apply func(node api.Node, tasks []api.Task)) bool
 	// OnOutOfSync is told each node whose books go out of sync (nil: not).
 	OnOutOfSync func(node, reason string)
 }
@@ -91,7 +92,7 @@ type Proc struct {
 	partitions int
 	pools      *regexp.Regexp
 	quiet      time.Duration
-	nodeState  func(string) (api.Node, []api.Task, bool)
+	nodeState  func(string, func(api.Node, []api.Task)) bool
 	// pushTree holds the latest valid queue specs not yet sent; a newer
 	// list replaces an unsent one (pushMu makes drain-and-send atomic).
 	pushTree   chan []api.QueueSpec
@@ -258,9 +259,7 @@ func (pr *Proc) SyncOwnership() {
 		pr.Cache.SetKeepsBooks(func(node string) bool { return set[wire.PartitionKey(wire.PartitionIn(node, parts, pools))] })
 	}
 	for _, n := range pr.Cache.OutOfSync() {
-		if node, tasks, ok := pr.nodeState(n); ok {
-			pr.Cache.Rebuild(node, tasks)
-		}
+		pr.nodeState(n, pr.Cache.Rebuild)
 	}
 }
 

@@ -1,0 +1,216 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/shardsched/shardsched/api"
+)
+
+// The pods: a reflector whose store is the sink.
+//
+// Every shard follows every pod of the cluster, and the sink (the cache)
+// keeps each one's task. An informer would keep each pod a second time in
+// its own store, under a key of its own, in its index by node: at ready,
+// with every pod bound, the informer's stored pods, its map, keys and index
+// were over a third of a shard's live heap (a heap profile at 62,500 pods,
+// the thirty-second session). So the pods are watched by a client-go
+// Reflector alone, its store being podStore: each event is converted
+// (storeTransform) and handed to the sink at once, and all that is kept per
+// pod is its UID, to tell which pods a relist no longer lists.
+
+// podRebuildTimeout bounds the list of one node's pods that rebuilds it
+// (NodeState); the pod events wait for it.
+const podRebuildTimeout = 5 * time.Second
+
+// podStore is the pod reflector's store: it hands every pod event to the
+// sink, in the reflector's goroutine. Safe for concurrent use.
+type podStore struct {
+	sink      Sink
+	transform cache.TransformFunc
+	// onBad reports a pod that could not be converted.
+	onBad func(key string, err error)
+
+	// mu orders the events and NodeState's read and rebuild: no event
+	// reaches the sink between the two.
+	mu sync.Mutex
+	// known are the UIDs of the pods handed to the sink (or left out as
+	// not convertible) and not deleted since: what a relist compares
+	// with. Each key is the task's own UID string (no copy).
+	known map[string]struct{}
+	// synced is closed once the first list has been handed to the sink.
+	synced     chan struct{}
+	syncedOnce sync.Once
+	// events counts what was handed to the sink (adds, updates, deletes).
+	events atomic.Int64
+}
+
+var (
+	_ cache.TransformingStore = (*podStore)(nil)
+	_ cache.DoneChecker       = (*podStore)(nil)
+)
+
+func newPodStore(sink Sink, transform cache.TransformFunc, onBad func(string, error)) *podStore {
+	return &podStore{sink: sink, transform: transform, onBad: onBad, known: map[string]struct{}{}, synced: make(chan struct{})}
+}
+
+// Transformer makes the reflector's own temporary store (a watch-list's
+// initial events, kept until the list is complete) hold converted pods.
+func (s *podStore) Transformer() cache.TransformFunc { return s.transform }
+
+// stored converts what the reflector hands over: a pod, or a pod its
+// temporary store already converted.
+func (s *podStore) stored(o any) (*storedPod, error) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	t, err := s.transform(o)
+	if err != nil {
+		return nil, err
+	}
+	p, ok := t.(*storedPod)
+	if !ok {
+		return nil, fmt.Errorf("pod store: %T is not a pod", o)
+	}
+	return p, nil
+}
+
+// put hands one pod to the sink. s.mu is held.
+func (s *podStore) put(p *storedPod) {
+	if p.err != nil {
+		// Left out; the cache keeps what it had (an earlier version that
+		// converted, if any) until the pod is fixed or deleted.
+		s.onBad(p.namespace+"/"+p.name, p.err)
+		s.known[string(p.uid)] = struct{}{}
+		return
+	}
+	t := p.task()
+	s.known[t.UID] = struct{}{} // t.UID is p.uid's string: no copy
+	s.sink.AddOrUpdateTask(t)
+	s.events.Add(1)
+}
+
+func (s *podStore) Add(o any) error {
+	p, err := s.stored(o)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.put(p)
+	return nil
+}
+
+func (s *podStore) Update(o any) error { return s.Add(o) }
+
+func (s *podStore) Delete(o any) error {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	m, err := meta.Accessor(o)
+	if err != nil {
+		return fmt.Errorf("pod store: delete of %T: %w", o, err)
+	}
+	uid := string(m.GetUID())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleteLocked(uid)
+	return nil
+}
+
+// deleteLocked tells the sink of a pod gone. s.mu is held.
+func (s *podStore) deleteLocked(uid string) {
+	delete(s.known, uid)
+	s.sink.DeleteTask(uid)
+	s.events.Add(1)
+}
+
+// Replace takes a (re)list: every pod listed is handed to the sink, and
+// every pod known before and not listed is deleted (it went while the
+// watch was down). The first one marks the store synced.
+func (s *podStore) Replace(list []any, _ string) error {
+	listed := make(map[string]struct{}, len(list))
+	pods := make([]*storedPod, 0, len(list))
+	for _, o := range list {
+		p, err := s.stored(o)
+		if err != nil {
+			return err
+		}
+		listed[string(p.uid)] = struct{}{}
+		pods = append(pods, p)
+	}
+	s.mu.Lock()
+	for uid := range s.known {
+		if _, ok := listed[uid]; !ok {
+			s.deleteLocked(uid)
+		}
+	}
+	for i, p := range pods {
+		s.put(p)
+		pods[i] = nil // converted: the sink has it
+	}
+	s.mu.Unlock()
+	s.syncedOnce.Do(func() { close(s.synced) })
+	return nil
+}
+
+// Resync does nothing: the reflector runs without a resync period.
+func (*podStore) Resync() error { return nil }
+
+// Name and Done make the store the cache.DoneChecker of its first list
+// having been handed to the sink.
+func (*podStore) Name() string            { return "pods" }
+func (s *podStore) Done() <-chan struct{} { return s.synced }
+
+// podListWatch lists and watches every pod through cs, with the
+// watch-list semantics cs supports (ListFirst).
+func podListWatch(cs kubernetes.Interface) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, opts)
+		},
+	}, cs)
+}
+
+// nodeTasks lists the pods bound to node from the API server, a read as
+// recent as any (no resource version: not older than any event already
+// taken), and converts them; a pod that cannot be converted is left out.
+func nodeTasks(ctx context.Context, cs kubernetes.Interface, transform cache.TransformFunc, node string) ([]api.Task, error) {
+	ctx, cancel := context.WithTimeout(ctx, podRebuildTimeout)
+	defer cancel()
+	list, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of node %s: %w", node, err)
+	}
+	var tasks []api.Task
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Spec.NodeName != node {
+			continue // a server (or a fake) that ignored the selector
+		}
+		o, err := transform(p)
+		if err != nil {
+			continue
+		}
+		if sp, ok := o.(*storedPod); ok && sp.err == nil {
+			tasks = append(tasks, sp.task())
+		}
+	}
+	return tasks, nil
+}

@@ -1,0 +1,213 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	vfake "volcano.sh/apis/pkg/client/clientset/versioned/fake"
+
+	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/internal/testenv"
+)
+
+func cpuPod(name, node, cpu string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), ResourceVersion: "1"},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}}}
+}
+
+// The pod store is the sink's only source of pod events: a relist (after
+// the watch was down) deletes every pod it no longer lists, by UID, hands
+// on every pod it lists, and tells the store synced; a pod that cannot be
+// converted is reported and left out, the sink keeping what it had of it.
+func TestPodStoreRelistDeletesThePodsItNoLongerLists(t *testing.T) {
+	sink := &taskSink{}
+	var bad []string
+	s := newPodStore(sink, storeTransform(newPodInterner()), func(key string, err error) { bad = append(bad, key) })
+	if cache.IsDone(s) {
+		t.Fatal("synced before any list")
+	}
+	if err := s.Replace([]any{cpuPod("a", "n0", "1"), cpuPod("b", "n0", "1"), cpuPod("c", "", "1")}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if !cache.IsDone(s) {
+		t.Fatal("not synced after the first list")
+	}
+	// The watch: c is bound, then made unconvertible (the sink keeps its
+	// bound version), a new pod d comes.
+	for _, p := range []*corev1.Pod{cpuPod("c", "n1", "1"), cpuPod("c", "n1", "-1"), cpuPod("d", "", "2")} {
+		if err := s.Update(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, ok := sink.task("uid-c"); !ok || c.NodeName != "n1" || c.Request.MilliCPU != 1000 {
+		t.Fatalf("c in the sink: %+v (%v), want its last convertible version, on n1", c, ok)
+	}
+	if !slices.Equal(bad, []string{"ns/c"}) {
+		t.Fatalf("reported as unconvertible: %v, want [ns/c]", bad)
+	}
+	// The watch goes down; meanwhile a and d are deleted and b changes.
+	// The relist lists b and c (in a watch-list's form: already converted
+	// by the reflector's temporary store) and nothing else.
+	relist := []any{cpuPod("b", "n2", "3"), cpuPod("c", "n1", "4")}
+	relist[1], _ = s.Transformer()(relist[1])
+	if err := s.Replace(relist, "9"); err != nil {
+		t.Fatal(err)
+	}
+	got := sink.tasks.deletes()
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"uid-a", "uid-d"}) {
+		t.Fatalf("deletes told after the relist: %v, want [uid-a uid-d]", got)
+	}
+	if b, ok := sink.task("uid-b"); !ok || b.NodeName != "n2" || b.Request.MilliCPU != 3000 {
+		t.Errorf("b after the relist: %+v (%v)", b, ok)
+	}
+	if c, ok := sink.task("uid-c"); !ok || c.Request.MilliCPU != 4000 {
+		t.Errorf("c after the relist: %+v (%v)", c, ok)
+	}
+	// A watch's delete is told by the deleted object's UID, also when
+	// the pod's last state is unknown.
+	if err := s.Delete(cache.DeletedFinalStateUnknown{Key: "ns/b", Obj: cpuPod("b", "n2", "3")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(cpuPod("c", "n1", "4")); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.tasks.deletes(); len(got) != 4 || got[2] != "uid-b" || got[3] != "uid-c" {
+		t.Errorf("deletes told: %v, want uid-b and uid-c last", got)
+	}
+	if len(s.known) != 0 {
+		t.Errorf("the store still knows %d pods after every one was deleted", len(s.known))
+	}
+	// What is not a pod is refused, not handed on.
+	if err := s.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0"}}); err == nil {
+		t.Error("a node added to the pod store was taken")
+	}
+}
+
+// orderSink records, in order, the tasks it is handed, beside the marks
+// a test puts in.
+type orderSink struct {
+	nopSink
+	mu  sync.Mutex
+	log []string
+	got chan string
+}
+
+func (s *orderSink) AddOrUpdateTask(t api.Task) {
+	s.mark(t.Name + "@" + t.NodeName)
+	select {
+	case s.got <- t.Name + "@" + t.NodeName:
+	default:
+	}
+}
+
+func (s *orderSink) mark(m string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = append(s.log, m)
+}
+
+func (s *orderSink) seen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log)
+}
+
+// NodeState reads a node's pods from the API server (nothing is kept per
+// node here) and hands them to apply before any pod event that came in
+// meanwhile reaches the sink: a rebuild replaces what the cache knows of
+// the node, and an event taken between the read and the rebuild would be
+// undone by it.
+func TestNodeStateTakesNoPodEventBeforeItsRebuild(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0", UID: "node-0"},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}
+	cs := kfake.NewSimpleClientset(node, cpuPod("a", "n0", "1"), cpuPod("b", "", "1"), cpuPod("c", "n1", "1"))
+	sink := &orderSink{got: make(chan string, 16)}
+	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		src.Shutdown()
+	}()
+	for len(sink.got) > 0 {
+		<-sink.got // the initial list's
+	}
+	var listed []string
+	ok := src.NodeState("n0", func(n api.Node, tasks []api.Task) {
+		for _, task := range tasks {
+			listed = append(listed, task.Name)
+		}
+		// b is bound to n0 now: its event must wait for the rebuild.
+		if _, err := cs.CoreV1().Pods("ns").Update(ctx, cpuPod("b", "n0", "1"), metav1.UpdateOptions{}); err != nil {
+			t.Error(err)
+		}
+		select {
+		case m := <-sink.got:
+			t.Errorf("the sink was handed %s during the rebuild", m)
+		case <-time.After(300 * time.Millisecond):
+		}
+		sink.mark("rebuilt " + n.Name)
+	})
+	if !ok || !slices.Equal(listed, []string{"a"}) {
+		t.Fatalf("NodeState(n0) = %v with tasks %v, want true with [a] (c is on n1, b on none)", ok, listed)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return slices.Contains(sink.seen(), "b@n0") }, "b's bind never reached the sink")
+	seen := sink.seen()
+	if i, j := slices.Index(seen, "rebuilt n0"), slices.Index(seen, "b@n0"); i < 0 || j < i {
+		t.Errorf("the sink's order %v: b's bind must come after the rebuild", seen)
+	}
+}
+
+// BenchmarkSourceHeapPerPod reports what a Source and its sink (a cache
+// keeping each pod's task) retain per pod once they have synced a cluster
+// of b.N pods, the fake API server's own copies left out.
+func BenchmarkSourceHeapPerPod(b *testing.B) {
+	n := max(b.N, 1000)
+	objs := make([]k8sruntime.Object, 0, n)
+	for i := range n {
+		p := cpuPod(fmt.Sprintf("pod-%06d", i), fmt.Sprintf("node-%03d", i%500), "1")
+		p.UID = types.UID(fmt.Sprintf("%08d-1111-2222-3333-444444444444", i))
+		p.ResourceVersion = fmt.Sprint(1000 + i)
+		p.Labels = map[string]string{"app": "bench"}
+		objs = append(objs, p)
+	}
+	cs := kfake.NewSimpleClientset(objs...)
+	sink := &taskSink{}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	ctx, cancel := context.WithCancel(context.Background())
+	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
+	b.ResetTimer()
+	if err := src.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	after := heap()
+	b.ReportMetric(float64(int64(after)-int64(before))/float64(n), "B/pod")
+	runtime.KeepAlive(src)
+	runtime.KeepAlive(cs)
+	cancel()
+	src.Shutdown()
+}
