@@ -162,13 +162,11 @@ func afterNextGC(gcs chan<- struct{}) {
 // marked live, the stack bytes it scanned and the scannable globals. 0
 // before the first collection, or if the runtime does not report them.
 func scanned() uint64 {
-	live, ok1 := metric("/gc/heap/live:bytes")
-	stacks, ok2 := metric("/gc/scan/stack:bytes")
-	globals, ok3 := metric("/gc/scan/globals:bytes")
-	if !ok1 || !ok2 || !ok3 || live == 0 { // live 0: no collection yet, the globals alone say nothing
+	v, ok := metricsOf("/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes")
+	if !ok || v[0] == 0 { // live 0: no collection yet, the globals alone say nothing
 		return 0
 	}
-	return live + stacks + globals
+	return v[0] + v[1] + v[2]
 }
 
 // gcPercent is the GC percent in force (GOGC's, -1 for off), read without
@@ -187,10 +185,24 @@ func gcPercent() int {
 // metric reads one of the runtime's uint64 metrics; false if the runtime
 // does not report it.
 func metric(name string) (uint64, bool) {
-	s := []metrics.Sample{{Name: name}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0, false
+	v, ok := metricsOf(name)
+	return v[0], ok
+}
+
+// metricsOf reads the runtime's uint64 metrics named, in one read (the
+// values of one moment); false if the runtime does not report one of them.
+func metricsOf(names ...string) ([]uint64, bool) {
+	s := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		s[i].Name = n
 	}
-	return s[0].Value.Uint64(), true
+	metrics.Read(s)
+	v := make([]uint64, len(names))
+	for i := range s {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return v, false
+		}
+		v[i] = s[i].Value.Uint64()
+	}
+	return v, true
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -52,8 +51,6 @@ type podStore struct {
 	// synced is closed once the first list has been handed to the sink.
 	synced     chan struct{}
 	syncedOnce sync.Once
-	// events counts what was handed to the sink (adds, updates, deletes).
-	events atomic.Int64
 }
 
 var (
@@ -98,7 +95,6 @@ func (s *podStore) put(p *storedPod) {
 	t := p.task()
 	s.known[t.UID] = struct{}{} // t.UID is p.uid's string: no copy
 	s.sink.AddOrUpdateTask(t)
-	s.events.Add(1)
 }
 
 func (s *podStore) Add(o any) error {
@@ -133,7 +129,6 @@ func (s *podStore) Delete(o any) error {
 func (s *podStore) deleteLocked(uid string) {
 	delete(s.known, uid)
 	s.sink.DeleteTask(uid)
-	s.events.Add(1)
 }
 
 // Replace takes a (re)list: every pod listed is handed to the sink, and
