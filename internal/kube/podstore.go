@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -30,8 +32,13 @@ import (
 // pod is its UID, to tell which pods a relist no longer lists.
 
 // podRebuildTimeout bounds the list of one node's pods that rebuilds it
-// (NodeState); the pod events wait for it.
+// (NodeState).
 const podRebuildTimeout = 5 * time.Second
+
+// nodeSlots is how many counters of pod events by node the store keeps
+// (nodes share them by a hash of their name: a shared counter only makes
+// a rebuild list again).
+const nodeSlots = 256
 
 // podStore is the pod reflector's store: it hands every pod event to the
 // sink, in the reflector's goroutine. Safe for concurrent use.
@@ -41,9 +48,12 @@ type podStore struct {
 	// onBad reports a pod that could not be converted.
 	onBad func(key string, err error)
 
-	// mu orders the events and NodeState's read and rebuild: no event
-	// reaches the sink between the two.
+	// mu orders the events and a rebuild (applyIfQuiet).
 	mu sync.Mutex
+	// touched counts, by nodeSlot, the events of pods bound to a node,
+	// and every relist: a rebuild from a list of a node's pods is applied
+	// only if its counter did not move while the list was read.
+	touched [nodeSlots]uint64
 	// known are the UIDs of the pods handed to the sink (or left out as
 	// not convertible) and not deleted since: what a relist compares
 	// with. Each key is the task's own UID string (no copy).
@@ -90,10 +100,12 @@ func (s *podStore) put(p *storedPod) {
 		// converted, if any) until the pod is fixed or deleted.
 		s.onBad(p.namespace+"/"+p.name, p.err)
 		s.known[string(p.uid)] = struct{}{}
+		s.touch(p.nodeName)
 		return
 	}
 	t := p.task()
 	s.known[t.UID] = struct{}{} // t.UID is p.uid's string: no copy
+	s.touch(t.NodeName)
 	s.sink.AddOrUpdateTask(t)
 }
 
@@ -119,10 +131,49 @@ func (s *podStore) Delete(o any) error {
 		return fmt.Errorf("pod store: delete of %T: %w", o, err)
 	}
 	uid := string(m.GetUID())
+	node := ""
+	switch p := o.(type) {
+	case *corev1.Pod:
+		node = p.Spec.NodeName
+	case *storedPod:
+		node = p.nodeName
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.deleteLocked(uid)
+	s.touch(node)
 	return nil
+}
+
+// touch counts an event of a pod bound to node. s.mu is held.
+func (s *podStore) touch(node string) {
+	if node != "" {
+		s.touched[nodeSlot(node)]++
+	}
+}
+
+func nodeSlot(node string) int { return int(xxhash.Sum64String(node) % nodeSlots) }
+
+// touchedNode is the counter of node's pod events, read before a list of
+// its pods.
+func (s *podStore) touchedNode(node string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.touched[nodeSlot(node)]
+}
+
+// applyIfQuiet calls f, with the pod events held, if no event of a pod
+// on node (and no relist) was taken since its counter read seen; it
+// returns whether it did. A list of the node's pods read after seen is
+// then as recent as the cache, and f (a rebuild from it) undoes no event.
+func (s *podStore) applyIfQuiet(node string, seen uint64, f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.touched[nodeSlot(node)] != seen {
+		return false
+	}
+	f()
+	return true
 }
 
 // deleteLocked tells the sink of a pod gone. s.mu is held.
@@ -146,6 +197,9 @@ func (s *podStore) Replace(list []any, _ string) error {
 		pods = append(pods, p)
 	}
 	s.mu.Lock()
+	for i := range s.touched {
+		s.touched[i]++ // the deletes below are of pods whose node is not known here
+	}
 	for uid := range s.known {
 		if _, ok := listed[uid]; !ok {
 			s.deleteLocked(uid)

@@ -63,8 +63,14 @@ func TestPodStoreRelistDeletesThePodsItNoLongerLists(t *testing.T) {
 	// by the reflector's temporary store) and nothing else.
 	relist := []any{cpuPod("b", "n2", "3"), cpuPod("c", "n1", "4")}
 	relist[1], _ = s.Transformer()(relist[1])
+	seen := s.touchedNode("n7") // a rebuild's list of n7, read before the relist
 	if err := s.Replace(relist, "9"); err != nil {
 		t.Fatal(err)
+	}
+	// The relist's deletes are of pods whose node is not known: a rebuild
+	// of any node from a list read before it is not applied.
+	if s.applyIfQuiet("n7", seen, func() {}) {
+		t.Error("a rebuild from a list read before a relist was applied")
 	}
 	got := sink.tasks.deletes()
 	slices.Sort(got)
@@ -210,4 +216,74 @@ func BenchmarkSourceHeapPerPod(b *testing.B) {
 	runtime.KeepAlive(cs)
 	cancel()
 	src.Shutdown()
+}
+
+// A rebuild is applied only from a list no pod event of the node has
+// overtaken: when one reached the sink while the node's pods were listed,
+// NodeState lists them again (the pod watch never waits for a list), and
+// gives up for now when they keep changing.
+func TestNodeStateListsAgainWhenTheNodesPodsChangedMeanwhile(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0", UID: "node-0"},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}
+	cs := kfake.NewSimpleClientset(node, cpuPod("a", "n0", "1"), cpuPod("b", "", "1"), cpuPod("c", "", "1"))
+	sink := &taskSink{}
+	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		src.Shutdown()
+	}()
+	list := src.listNode
+	// bind binds a pod to n0 and waits until the sink has the event.
+	bind := func(name string) {
+		if _, err := cs.CoreV1().Pods("ns").Update(ctx, cpuPod(name, "n0", "1"), metav1.UpdateOptions{}); err != nil {
+			t.Error(err)
+			return
+		}
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			p, _ := sink.task("uid-" + name)
+			return p.NodeName == "n0"
+		}, "%s's bind never reached the sink", name)
+	}
+	lists := 0
+	src.listNode = func(n string) ([]api.Task, error) {
+		tasks, err := list(n)
+		if lists++; lists == 1 {
+			bind("b") // after the list was read, before it is applied
+		}
+		return tasks, err
+	}
+	var names []string
+	ok := src.NodeState("n0", func(_ api.Node, tasks []api.Task) {
+		for _, task := range tasks {
+			names = append(names, task.Name)
+		}
+	})
+	slices.Sort(names)
+	if !ok || lists != 2 || !slices.Equal(names, []string{"a", "b"}) {
+		t.Fatalf("NodeState(n0) = %v after %d lists, applied with %v: want true after 2 lists, with [a b]", ok, lists, names)
+	}
+
+	// Its pods change during every list: no rebuild this time.
+	lists = 0
+	src.listNode = func(n string) ([]api.Task, error) {
+		tasks, err := list(n)
+		lists++
+		p := cpuPod("c", "n0", fmt.Sprint(lists+1))
+		if _, err := cs.CoreV1().Pods("ns").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Error(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			c, _ := sink.task("uid-c")
+			return c.Request.MilliCPU == int64(lists+1)*1000
+		}, "c's update never reached the sink")
+		return tasks, err
+	}
+	if src.NodeState("n0", func(api.Node, []api.Task) { t.Error("a rebuild applied from a list its node's pods overtook") }) || lists != rebuildTries {
+		t.Errorf("NodeState(n0) with its pods changing during every list: %d lists, want false after %d", lists, rebuildTries)
+	}
 }

@@ -73,13 +73,12 @@ type Source struct {
 	// handlers are the event handlers' registrations, by informer: Start
 	// waits until each has been handed its informer's initial list.
 	handlers []handlerReg
-	// The pods' reflector and its store (podstore.go), the client it
-	// lists with, and its goroutine.
-	cs        kubernetes.Interface
-	transform cache.TransformFunc
-	pods      *podStore
-	podRefl   *cache.Reflector
-	podsRun   sync.WaitGroup
+	// The pods' reflector and its store (podstore.go), its goroutine, and
+	// the list of one node's pods from the API server (nodeTasks).
+	pods     *podStore
+	listNode func(node string) ([]api.Task, error)
+	podRefl  *cache.Reflector
+	podsRun  sync.WaitGroup
 	// regErr is why a handler could not be added (Start returns it).
 	regErr error
 }
@@ -120,13 +119,14 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	}
 	transform := storeTransform(newPodInterner())
 	s := &Source{
-		log: log, sink: sink, onQueues: onQueues, cs: cs, transform: transform,
+		log: log, sink: sink, onQueues: onQueues,
 		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(transform)),
 		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
 	// The pods are followed by a reflector into the sink (podstore.go),
 	// not by an informer that would keep them all a second time.
 	s.pods = newPodStore(sink, transform, func(key string, err error) { s.bad("pod", key, err) })
+	s.listNode = func(node string) ([]api.Task, error) { return nodeTasks(context.Background(), cs, transform, node) }
 	s.podRefl = cache.NewReflectorWithOptions(podListWatch(cs), &corev1.Pod{}, s.pods, cache.ReflectorOptions{Name: "pods", TypeDescription: "*v1.Pod"})
 	s.handle("nodes", s.core.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.node(o) },
@@ -248,27 +248,38 @@ func (s *Source) Shutdown() {
 // NodeState calls apply with a node and the tasks bound to it as the API
 // server has them, for rebuilding an out-of-sync node, and returns true;
 // false (apply not called) when the node is not known, cannot be
-// converted, or its pods could not be listed (within podRebuildTimeout).
-// The node is read from its informer, its pods are listed from the API
-// server (no pod is kept here per node: podstore.go), and no pod event
-// reaches the sink from before the list to the end of apply: apply (a
-// rebuild, which replaces what the cache knows of the node) undoes none.
+// converted, or its pods could not be listed (within podRebuildTimeout
+// each time). The node is read from its informer, its pods are listed
+// from the API server (nothing is kept here per node: podstore.go), and
+// apply runs with the pod events held, only if no event of a pod on the
+// node reached the sink while the list was read (else it is read again,
+// at most rebuildTries times): a rebuild, which replaces what the cache
+// knows of the node, then undoes no event, and the pod watch never waits
+// for a list.
 func (s *Source) NodeState(name string, apply func(node api.Node, tasks []api.Task)) bool {
 	o, found, err := s.core.Core().V1().Nodes().Informer().GetStore().GetByKey(name) // a node's key is its name
 	n, stored := o.(*storedNode)
 	if err != nil || !found || !stored || n.err != nil {
 		return false
 	}
-	s.pods.mu.Lock()
-	defer s.pods.mu.Unlock()
-	tasks, err := nodeTasks(context.Background(), s.cs, s.transform, name)
-	if err != nil {
-		s.log.Warn("node out of sync not rebuilt", "node", name, "err", err)
-		return false
+	for range rebuildTries {
+		seen := s.pods.touchedNode(name)
+		tasks, err := s.listNode(name)
+		if err != nil {
+			s.log.Warn("node out of sync not rebuilt", "node", name, "err", err)
+			return false
+		}
+		if s.pods.applyIfQuiet(name, seen, func() { apply(n.node, tasks) }) {
+			return true
+		}
 	}
-	apply(n.node, tasks)
-	return true
+	s.log.Info("node out of sync not rebuilt yet: its pods changed while they were listed", "node", name, "tries", rebuildTries)
+	return false
 }
+
+// rebuildTries is how many lists of a node's pods NodeState reads at most
+// before it leaves the node to the next call.
+const rebuildTries = 3
 
 // bad logs an object that could not be converted: it is left out (a
 // Queue's is also reported on the Queue by its owner, QueueReporter).
