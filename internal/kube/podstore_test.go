@@ -28,6 +28,28 @@ func cpuPod(name, node, cpu string) *corev1.Pod {
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}}}
 }
 
+func cpuNode(name, cpu string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("node-" + name)},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}
+}
+
+// startedSource starts a Source on cs feeding sink, stopped at the test's
+// end; ctx is for the test's calls to cs.
+func startedSource(t *testing.T, cs *kfake.Clientset, sink Sink) (*Source, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
+	if err := src.Start(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		src.Shutdown()
+	})
+	return src, ctx
+}
+
 // The pod store is the sink's only source of pod events: a relist (after
 // the watch was down) deletes every pod it no longer lists, by UID, hands
 // on every pod it lists, and tells the store synced; a pod that cannot be
@@ -138,20 +160,9 @@ func (s *orderSink) seen() []string {
 // the node, and an event taken between the read and the rebuild would be
 // undone by it.
 func TestNodeStateTakesNoPodEventBeforeItsRebuild(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0", UID: "node-0"},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}
-	cs := kfake.NewSimpleClientset(node, cpuPod("a", "n0", "1"), cpuPod("b", "", "1"), cpuPod("c", "n1", "1"))
+	cs := kfake.NewSimpleClientset(cpuNode("n0", "64"), cpuPod("a", "n0", "1"), cpuPod("b", "", "1"), cpuPod("c", "n1", "1"))
 	sink := &orderSink{got: make(chan string, 16)}
-	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
-	if err := src.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		src.Shutdown()
-	}()
+	src, ctx := startedSource(t, cs, sink)
 	for len(sink.got) > 0 {
 		<-sink.got // the initial list's
 	}
@@ -223,20 +234,9 @@ func BenchmarkSourceHeapPerPod(b *testing.B) {
 // NodeState lists them again (the pod watch never waits for a list), and
 // gives up for now when they keep changing.
 func TestNodeStateListsAgainWhenTheNodesPodsChangedMeanwhile(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0", UID: "node-0"},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}
-	cs := kfake.NewSimpleClientset(node, cpuPod("a", "n0", "1"), cpuPod("b", "", "1"), cpuPod("c", "", "1"))
+	cs := kfake.NewSimpleClientset(cpuNode("n0", "64"), cpuPod("a", "n0", "1"), cpuPod("b", "", "1"), cpuPod("c", "", "1"))
 	sink := &taskSink{}
-	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
-	if err := src.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		src.Shutdown()
-	}()
+	src, ctx := startedSource(t, cs, sink)
 	list := src.listNode
 	// bind binds a pod to n0 and waits until the sink has the event.
 	bind := func(name string) {

@@ -189,27 +189,14 @@ func (s *taskSink) node(name string) (api.Node, bool) { return s.nodes.get(name)
 // a pod that cannot be converted is left out until it is fixed, a delete
 // is told by the pod's UID, and a node's state holds the tasks bound to it.
 func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	pod := func(name, node, cpu, rv string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), ResourceVersion: rv},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c",
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}}}
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0", UID: "node-0"},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}
-	badNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-1"},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-64")}}}
-	cs := kfake.NewSimpleClientset(node, badNode, pod("bound", "n0", "1", "1"), pod("pending", "", "2", "1"), pod("bad", "", "-1", "1"))
+	cs := kfake.NewSimpleClientset(cpuNode("n0", "64"), cpuNode("n1", "-64"), pod("bound", "n0", "1", "1"), pod("pending", "", "2", "1"), pod("bad", "", "-1", "1"))
 	sink := &taskSink{}
-	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
-	if err := src.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		src.Shutdown()
-	}()
+	src, ctx := startedSource(t, cs, sink)
 	// n0's state, and none for a node the API server does not have.
 	onNode := func() []string {
 		if src.NodeState("gone", func(n api.Node, _ []api.Task) { t.Fatalf("state told for an unknown node: %+v", n) }) {
@@ -234,7 +221,7 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	if _, ok := sink.task("uid-bad"); ok {
 		t.Fatal("a pod with a negative request was handed to the sink")
 	}
-	if n, ok := sink.node("n0"); !ok || n.UID != "node-0" || n.Allocatable.MilliCPU != 64000 {
+	if n, ok := sink.node("n0"); !ok || n.UID != "node-n0" || n.Allocatable.MilliCPU != 64000 {
 		t.Fatalf("node n0 handed as %+v (%v)", n, ok)
 	}
 	if n, ok := sink.node("n1"); ok {
@@ -265,7 +252,7 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 		t.Errorf("tasks on n0 after the delete: %v, want [pending]", got)
 	}
 	// A node's delete is told by its UID, and its state is gone.
-	deleted(t, &sink.nodes, "n0", []string{"node-0"}, func() error { return cs.CoreV1().Nodes().Delete(ctx, "n0", metav1.DeleteOptions{}) })
+	deleted(t, &sink.nodes, "n0", []string{"node-n0"}, func() error { return cs.CoreV1().Nodes().Delete(ctx, "n0", metav1.DeleteOptions{}) })
 	if src.NodeState("n0", func(n api.Node, _ []api.Task) { t.Errorf("a deleted node's state told: %+v", n) }) {
 		t.Error("NodeState of a deleted node returned true")
 	}
