@@ -456,16 +456,15 @@ func cpuWhy(r result, results []result, mode, baseline string) string {
 	if len(base) == 0 {
 		return general
 	}
-	var bm, ba, bs float64
 	for _, b := range base {
-		m, a, sy, ok := b.msPerPod()
-		if !ok {
+		if _, _, _, ok := b.msPerPod(); !ok {
 			return general
 		}
-		bm, ba, bs = bm+m, ba+a, bs+sy
 	}
+	bm, _ := meanOf(base, func(b result) float64 { m, _, _, _ := b.msPerPod(); return m })
+	ba, _ := meanOf(base, func(b result) float64 { _, a, _, _ := b.msPerPod(); return a })
+	bs, _ := meanOf(base, func(b result) float64 { _, _, sy, _ := b.msPerPod(); return sy })
 	n := len(base)
-	bm, ba, bs = bm/float64(n), ba/float64(n), bs/float64(n)
 	return fmt.Sprintf("the machine spent %.2f ms of CPU per bound pod in this run against %.2f in the %s's (the mean of its %d run(s)): kube-apiserver %.2f against %.2f, this system and the harness beside it %.2f against %.2f, the rest (etcd, kwok, other processes) %.2f against %.2f; with every core busy, the rate falls as the CPU per pod grows",
 		machine, bm, baseline, n, api, ba, system, bs, machine-api-system, bm-ba-bs)
 }

@@ -79,10 +79,7 @@ func (s *podStore) Transformer() cache.TransformFunc { return s.transform }
 // stored converts what the reflector hands over: a pod, or a pod its
 // temporary store already converted.
 func (s *podStore) stored(o any) (*storedPod, error) {
-	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = d.Obj
-	}
-	t, err := s.transform(o)
+	t, err := s.transform(unwrap(o))
 	if err != nil {
 		return nil, err
 	}
@@ -123,9 +120,7 @@ func (s *podStore) Add(o any) error {
 func (s *podStore) Update(o any) error { return s.Add(o) }
 
 func (s *podStore) Delete(o any) error {
-	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = d.Obj
-	}
+	o = unwrap(o)
 	m, err := meta.Accessor(o)
 	if err != nil {
 		return fmt.Errorf("pod store: delete of %T: %w", o, err)
@@ -205,9 +200,8 @@ func (s *podStore) Replace(list []any, _ string) error {
 			s.deleteLocked(uid)
 		}
 	}
-	for i, p := range pods {
+	for _, p := range pods {
 		s.put(p)
-		pods[i] = nil // converted: the sink has it
 	}
 	s.mu.Unlock()
 	s.syncedOnce.Do(func() { close(s.synced) })
