@@ -37,8 +37,8 @@ func (c *Cache) Assume(taskUID, node string) error {
 		if n := e.nodeName(); n != "" {
 			why = "bound to " + n
 		}
-		if e.assumed != "" {
-			why = "already assumed on " + e.assumed
+		if e.assumed {
+			why = "already assumed on " + e.assumedOn()
 		}
 		return fmt.Errorf("assume %s/%s: %w (%s)", e.namespace(), e.name(), ErrNotPending, why)
 	}
@@ -59,8 +59,7 @@ func (c *Cache) Assume(taskUID, node string) error {
 	if why := overflowReason(used, be.b.Node.Allocatable, be.b.Tasks+1); why != "" {
 		return fmt.Errorf("assume %s/%s on %q: %w (%s)", e.namespace(), e.name(), node, ErrDoesNotFit, why)
 	}
-	e.assumed = node
-	c.placeLocked(e)
+	c.placeLocked(e, e.bookedAs(), node)
 	return nil
 }
 
@@ -71,11 +70,10 @@ func (c *Cache) Forget(taskUID string) {
 	c.lock()
 	defer c.unlock()
 	e := c.tasks[taskUID]
-	if e == nil || e.assumed == "" {
+	if e == nil || !e.assumed {
 		return
 	}
-	e.assumed = ""
-	c.placeLocked(e)
+	c.placeLocked(e, e.bookedAs(), "")
 }
 
 // Assumed returns the node a task is assumed on, if it is assumed and not
@@ -83,8 +81,8 @@ func (c *Cache) Forget(taskUID string) {
 func (c *Cache) Assumed(taskUID string) (string, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if e := c.tasks[taskUID]; e != nil && e.assumed != "" {
-		return e.assumed, true
+	if e := c.tasks[taskUID]; e != nil && e.assumed {
+		return e.assumedOn(), true
 	}
 	return "", false
 }

@@ -131,28 +131,42 @@ func BenchmarkUpdateSnapshotJobChanges(b *testing.B) {
 }
 
 // BenchmarkHeapPerPlacedTask reports the heap a cache holds per placed
-// task (B/task) of a shard that owns none of their nodes: 50,000 running
-// tasks, 1,000 jobs of 50 pods each, the pods' names, UIDs and node names
-// allocated by the caller (as a decoded pod's are). Run with -benchtime=1x.
+// task (B/task): 50,000 running tasks, 1,000 jobs of 50 pods each, on
+// 5,000 nodes the shard owns none of ("others") or all of ("owned": the
+// tasks booked), the pods' names, UIDs and node names allocated by the
+// caller (as a decoded pod's are); the nodes' own books are counted too.
+// Run with -benchtime=1x.
 func BenchmarkHeapPerPlacedTask(b *testing.B) {
-	const jobs, per = 1000, 50
+	const jobs, per, nodes = 1000, 50, 5000
 	tasks := make([]api.Task, 0, jobs*per)
 	for j := range jobs {
 		for k := range per {
-			t := on(mkTask("ns", fmt.Sprintf("job-%d-pod-%d", j, k), fmt.Sprintf("job-%d", j), 1000, 2), fmt.Sprintf("node-%d", (j*per+k)%5000), api.TaskRunning)
+			t := on(mkTask("ns", fmt.Sprintf("job-%d-pod-%d", j, k), fmt.Sprintf("job-%d", j), 1000, 2), fmt.Sprintf("node-%d", (j*per+k)%nodes), api.TaskRunning)
 			t.Queue, t.SchedulerName = "q", "shardsched"
 			tasks = append(tasks, t)
 		}
 	}
-	for b.Loop() {
-		before := liveHeap()
-		c := New(Options{KeepsBooks: func(string) bool { return false }})
-		for _, t := range tasks {
-			c.AddOrUpdateTask(t)
-		}
-		after := liveHeap()
-		b.ReportMetric(float64(after-before)/float64(len(tasks)), "B/task")
-		runtime.KeepAlive(c)
+	nodeList := make([]api.Node, nodes)
+	for i := range nodeList {
+		nodeList[i] = mkNode(fmt.Sprintf("node-%d", i), 64, 256, 110)
+	}
+	for _, owned := range []bool{false, true} {
+		name := map[bool]string{false: "others", true: "owned"}[owned]
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				before := liveHeap()
+				c := New(Options{KeepsBooks: func(string) bool { return owned }})
+				for _, n := range nodeList {
+					c.AddOrUpdateNode(n)
+				}
+				for _, t := range tasks {
+					c.AddOrUpdateTask(t)
+				}
+				after := liveHeap()
+				b.ReportMetric(float64(after-before)/float64(len(tasks)), "B/task")
+				runtime.KeepAlive(c)
+			}
+		})
 	}
 }
 

@@ -43,6 +43,42 @@ func TestBooksAddUpdateMoveDelete(t *testing.T) {
 	mustVerify(t, c)
 }
 
+// A relist's deletes: every task not kept is forgotten, its books and
+// its name freed; the kept ones are untouched.
+func TestDeleteTasksExcept(t *testing.T) {
+	c := New(Options{})
+	c.AddOrUpdateNode(mkNode("n1", 8, 32, 110))
+	a := on(mkTask("ns", "a", "j", 1000, 1), "n1", api.TaskRunning)
+	b := on(mkTask("ns", "b", "j", 500, 1), "n1", api.TaskRunning)
+	p := mkTask("ns", "p", "j", 500, 1)
+	for _, task := range []api.Task{a, b, p} {
+		c.AddOrUpdateTask(task)
+	}
+	var asked []string
+	c.DeleteTasksExcept(func(uid string) bool {
+		asked = append(asked, uid)
+		return uid == b.UID
+	})
+	if len(asked) != 3 {
+		t.Fatalf("keep asked of %v, want the 3 tasks", asked)
+	}
+	for _, gone := range []api.Task{a, p} {
+		if _, ok := c.Task(gone.UID); ok {
+			t.Errorf("%s still known after a relist without it", gone.Name)
+		}
+	}
+	if _, ok := c.Task(b.UID); !ok {
+		t.Error("b, kept, was forgotten")
+	}
+	wantUsed(t, c, "n1", req(500, 1, 1), 1)
+	// a's name is free for a pod re-created under it.
+	a2 := a
+	a2.UID = "a-again"
+	c.AddOrUpdateTask(a2)
+	wantUsed(t, c, "n1", req(1500, 2, 2), 2)
+	mustVerify(t, c)
+}
+
 func TestTerminalAndReleasingTasks(t *testing.T) {
 	c := New(Options{})
 	c.AddOrUpdateNode(mkNode("n1", 8, 32, 110))

@@ -105,7 +105,8 @@ type bookEntry struct {
 	prev, next *bookEntry
 }
 
-// taskEntry is one known task.
+// taskEntry is one known task. Its size is a size class of Go's
+// allocator (80 bytes): every pod of the cluster has one in every shard.
 type taskEntry struct {
 	// record is the task as readers see it: in full (full is obj with an
 	// assumption applied; slim nil) while it is pending or assumed, what
@@ -114,23 +115,47 @@ type taskEntry struct {
 	record
 	obj *api.Task // as last reported by an event (deep copy); replaced, never mutated
 
-	assumed string // node Assume booked it on, until confirmed or forgotten
-	node    string // placement: the node it holds resources on, "" if none
-	pending bool   // waiting to be placed
-	group   *taskGroup
+	node  string // placement: the node it holds resources on, "" if none
+	group *taskGroup
 
-	// booked is what the books currently hold for this task: nil unless
-	// the task is counted in the books of that (owned, known) node. Most
-	// tasks a shard knows are on other shards' nodes: a pointer, not three
-	// fields, costs them 8 bytes instead of 48.
-	booked *booking
+	// assumed is set while Assume's booking waits for its bind to be
+	// confirmed: full is then obj on the assumed node, phase Bound
+	// (assumedOn).
+	assumed bool
+	pending bool // waiting to be placed
+	// booked is set while the books of node (owned and known) count the
+	// task: its request in Used, and in Releasing too if its phase is
+	// Releasing. What they count is read from the task itself, so every
+	// change of its record or placement takes what was booked first
+	// (bookedAs) and rebook compares. Most tasks a shard knows are on
+	// other shards' nodes; a booking of its own (node, request, phase) was
+	// 48 bytes more a booked task.
+	booked bool
 }
 
-// booking is a task as counted in one node's books.
-type booking struct {
+// assumedOn is the node e is assumed on, "" if none.
+func (e *taskEntry) assumedOn() string {
+	if !e.assumed {
+		return ""
+	}
+	return e.full.NodeName
+}
+
+// bookedAs is what the books count for a task (bookedAs of an entry):
+// node is "" if they count nothing.
+type bookedAs struct {
 	node string
 	req  api.Resource
 	rel  bool // counted in Releasing too
+}
+
+// bookedAs returns what the books count for e now; taken before a change
+// of its record or placement, for rebook.
+func (e *taskEntry) bookedAs() bookedAs {
+	if !e.booked {
+		return bookedAs{}
+	}
+	return bookedAs{node: e.node, req: e.request(), rel: e.phase() == api.TaskReleasing}
 }
 
 // taskGroup is the tasks that name one job (namespace/job name), the unit a

@@ -151,8 +151,8 @@ func verify(c *Cache) error {
 		}
 		if e.slim != nil {
 			shapeRefs[e.slim.shape]++
-			if e.assumed != "" || !slimmable(&view) {
-				fail("task %s: slim, but assumed (%q) or pending", uid, e.assumed)
+			if e.assumed || !slimmable(&view) {
+				fail("task %s: slim, but assumed (%v) or pending", uid, e.assumed)
 			}
 		}
 		if e.uid != uid || view.UID != uid || obj.UID != uid {
@@ -165,7 +165,7 @@ func verify(c *Cache) error {
 		if !view.Phase.Terminal() {
 			node = view.NodeName
 		}
-		if e.assumed != "" && (view.NodeName != e.assumed || view.Phase != api.TaskBound) {
+		if e.assumed && (e.slim != nil || view.NodeName == "" || view.Phase != api.TaskBound || e.assumedOn() != view.NodeName || obj.NodeName != "") {
 			fail("task %s: assumed view", uid)
 		}
 		if e.node != node {
@@ -174,7 +174,7 @@ func verify(c *Cache) error {
 		if node != "" && !inSet(c.byNode[node], e) {
 			fail("task %s: not indexed on %s", uid, node)
 		}
-		isPending := node == "" && e.assumed == "" && (view.Phase == api.TaskPending || view.Phase == "")
+		isPending := node == "" && !e.assumed && (view.Phase == api.TaskPending || view.Phase == "")
 		if e.pending != isPending {
 			fail("task %s: pending %v, want %v", uid, e.pending, isPending)
 		}
@@ -189,8 +189,8 @@ func verify(c *Cache) error {
 			owned = true
 		}
 		if owned {
-			if b := e.booked; b == nil || b.node != node || !b.req.Equal(sanitize(obj.Request)) || b.rel != (view.Phase == api.TaskReleasing) {
-				fail("task %s: booked %+v, want on %q", uid, b, node)
+			if b := e.bookedAs(); !e.booked || b.node != node || !b.req.Equal(sanitize(obj.Request)) || b.rel != (view.Phase == api.TaskReleasing) {
+				fail("task %s: booked %+v (%v), want on %q", uid, b, e.booked, node)
 			}
 			w := wants[node]
 			if w == nil {
@@ -202,8 +202,8 @@ func verify(c *Cache) error {
 			if view.Phase == api.TaskReleasing {
 				sumSat(w.rel, obj.Request)
 			}
-		} else if e.booked != nil {
-			fail("task %s: booked on %q, which has no books", uid, e.booked.node)
+		} else if e.booked {
+			fail("task %s: booked on %q, which has no books", uid, e.node)
 		}
 	}
 	for key, list := range c.shapes {

@@ -97,7 +97,7 @@ func (c *Cache) Rebuild(node api.Node, tasks []api.Task) {
 	}
 	var stale []string
 	for e := range c.byNode[node.Name] {
-		if _, ok := listed[e.uid]; !ok && e.assumed == "" {
+		if _, ok := listed[e.uid]; !ok && !e.assumed {
 			stale = append(stale, e.uid)
 		}
 	}
@@ -125,7 +125,7 @@ func (c *Cache) createBooks(ne *nodeEntry) {
 	c.pushFront(be)
 	c.bookCount++
 	for e := range c.byNode[name] {
-		e.booked = &booking{node: name, req: e.request(), rel: e.phase() == api.TaskReleasing}
+		e.booked = true
 	}
 	c.nodeChanged(be) // not exact yet: recomputes
 }
@@ -134,9 +134,7 @@ func (c *Cache) createBooks(ne *nodeEntry) {
 func (c *Cache) dropBooks(ne *nodeEntry) {
 	name := ne.node.Name
 	for e := range c.byNode[name] {
-		if e.booked != nil && e.booked.node == name {
-			e.booked = nil
-		}
+		e.booked = false
 	}
 	delete(c.outOfSync, name)
 	c.unlink(ne.books)
@@ -180,15 +178,15 @@ func (c *Cache) recompute(be *bookEntry) {
 	used, rel := api.Resource{}, api.Resource{}
 	exact, n := true, 0
 	for e := range c.byNode[name] {
-		b := e.booked
-		if b == nil || b.node != name {
+		if !e.booked {
 			continue
 		}
 		n++
-		if !addInto(&used, b.req, +1) {
+		req := e.request()
+		if !addInto(&used, req, +1) {
 			exact = false
 		}
-		if b.rel && !addInto(&rel, b.req, +1) {
+		if e.phase() == api.TaskReleasing && !addInto(&rel, req, +1) {
 			exact = false
 		}
 	}

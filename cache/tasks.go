@@ -35,13 +35,14 @@ func (c *Cache) setTaskLocked(t api.Task) {
 	} else if !named(e, t.Namespace, t.Name) {
 		c.taskNames.remove(e) // under its old name
 	}
-	if e.assumed != "" && (t.Phase.Terminal() || t.NodeName != "") {
+	was, on := e.bookedAs(), e.assumedOn()
+	if on != "" && (t.Phase.Terminal() || t.NodeName != "") {
 		// Confirmed (bound to the assumed node), moved (bound elsewhere) or
 		// finished: from now on the event is the truth.
-		e.assumed = ""
+		on = ""
 	}
 	var sl *slimTask
-	if e.assumed == "" && slimmable(&t) {
+	if on == "" && slimmable(&t) {
 		sl = c.slimOf(&t) // before dropSlim: a shape both share is kept
 	}
 	c.dropSlim(e)
@@ -52,7 +53,7 @@ func (c *Cache) setTaskLocked(t api.Task) {
 		e.obj, e.full = &obj, &obj // placeLocked applies any assumption
 	}
 	c.taskNames.put(e)
-	c.placeLocked(e)
+	c.placeLocked(e, was, on)
 }
 
 // DeleteTask forgets the task with this UID (a task re-created under the same
@@ -63,14 +64,31 @@ func (c *Cache) DeleteTask(uid string) {
 	c.removeTaskLocked(uid)
 }
 
+// DeleteTasksExcept forgets every task whose UID keep reports false: a
+// relist of every pod deletes so those it no longer lists. keep is called
+// with the cache's lock held and must not call back into the Cache.
+func (c *Cache) DeleteTasksExcept(keep func(uid string) bool) {
+	c.lock()
+	defer c.unlock()
+	var gone []string
+	for uid := range c.tasks {
+		if !keep(uid) {
+			gone = append(gone, uid)
+		}
+	}
+	for _, uid := range gone {
+		c.removeTaskLocked(uid)
+	}
+}
+
 func (c *Cache) removeTaskLocked(uid string) {
 	e := c.tasks[uid]
 	if e == nil {
 		return
 	}
-	if e.booked != nil {
-		be := c.nodes[e.booked.node].books
-		c.unbook(be, e)
+	if e.booked {
+		be := c.nodes[e.node].books
+		c.unbook(be, e, e.bookedAs())
 		c.nodeChanged(be)
 	}
 	c.setPlacement(e, "")
@@ -81,13 +99,16 @@ func (c *Cache) removeTaskLocked(uid string) {
 }
 
 // placeLocked recomputes everything derived from a task's obj and
-// assumption: its view, placement, pending state, group and booking.
-func (c *Cache) placeLocked(e *taskEntry) {
+// assumption (on: the node it is assumed on, "" for none): its view,
+// placement, pending state, group and booking. was is what the books
+// counted for it before its record changed (bookedAs).
+func (c *Cache) placeLocked(e *taskEntry, was bookedAs, on string) {
+	e.assumed = on != ""
 	if e.slim == nil {
 		view := e.obj
-		if e.assumed != "" {
+		if e.assumed {
 			v := *e.obj // shares obj's maps, which are never mutated
-			v.NodeName, v.Phase = e.assumed, api.TaskBound
+			v.NodeName, v.Phase = on, api.TaskBound
 			view = &v
 		}
 		e.full = view
@@ -98,9 +119,9 @@ func (c *Cache) placeLocked(e *taskEntry) {
 	}
 	c.setPlacement(e, node)
 	c.leaveGroup(e)
-	pending := node == "" && e.assumed == "" && (phase == api.TaskPending || phase == "")
+	pending := node == "" && !e.assumed && (phase == api.TaskPending || phase == "")
 	c.joinGroup(e, objKey{e.namespace(), e.shared().Job}, pending)
-	c.rebook(e)
+	c.rebook(e, was)
 }
 
 func (c *Cache) setPlacement(e *taskEntry, node string) {
@@ -127,8 +148,9 @@ func (c *Cache) setPlacement(e *taskEntry, node string) {
 }
 
 // rebook makes the books hold what the task's placement says, touching only
-// the nodes whose books change.
-func (c *Cache) rebook(e *taskEntry) {
+// the nodes whose books change; was is what they counted for it before
+// (bookedAs, taken before its record or placement changed).
+func (c *Cache) rebook(e *taskEntry, was bookedAs) {
 	var target *bookEntry
 	if e.node != "" {
 		if ne := c.nodes[e.node]; ne != nil {
@@ -136,16 +158,16 @@ func (c *Cache) rebook(e *taskEntry) {
 		}
 	}
 	rel, req := e.phase() == api.TaskReleasing, e.request()
-	if b := e.booked; target != nil && b != nil && b.node == e.node && b.rel == rel && b.req.Equal(req) {
+	if target != nil && e.booked && was.node == e.node && was.rel == rel && was.req.Equal(req) {
 		return
 	}
-	if target == nil && e.booked == nil {
+	if target == nil && !e.booked {
 		return
 	}
 	var old *bookEntry
-	if e.booked != nil {
-		old = c.nodes[e.booked.node].books
-		c.unbook(old, e)
+	if e.booked {
+		old = c.nodes[was.node].books
+		c.unbook(old, e, was)
 	}
 	if target != nil {
 		c.book(target, e, req, rel)
@@ -164,20 +186,21 @@ func (c *Cache) book(be *bookEntry, e *taskEntry, req api.Resource, rel bool) {
 		be.exact = false
 	}
 	be.b.Tasks++
-	e.booked = &booking{node: be.b.Node.Name, req: req, rel: rel}
+	e.booked = true
 }
 
-func (c *Cache) unbook(be *bookEntry, e *taskEntry) {
-	if b := e.booked; be.exact {
-		if !addInto(&be.b.Used, b.req, -1) {
+// unbook takes out of be what it counted for e (was).
+func (c *Cache) unbook(be *bookEntry, e *taskEntry, was bookedAs) {
+	if be.exact {
+		if !addInto(&be.b.Used, was.req, -1) {
 			be.exact = false
 		}
-		if b.rel && !addInto(&be.b.Releasing, b.req, -1) {
+		if was.rel && !addInto(&be.b.Releasing, was.req, -1) {
 			be.exact = false
 		}
 	}
 	be.b.Tasks--
-	e.booked = nil
+	e.booked = false
 }
 
 func (c *Cache) leaveGroup(e *taskEntry) {

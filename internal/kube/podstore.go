@@ -28,8 +28,10 @@ import (
 // were over a third of a shard's live heap (a heap profile at 62,500 pods,
 // the thirty-second session). So the pods are watched by a client-go
 // Reflector alone, its store being podStore: each event is converted
-// (storeTransform) and handed to the sink at once, and all that is kept per
-// pod is its UID, to tell which pods a relist no longer lists.
+// (storeTransform) and handed to the sink at once. Nothing is kept per pod:
+// which pods a relist no longer lists, the sink tells from its own tasks
+// (Sink.DeleteTasksExcept; a set of the pods' UIDs here was 9 MB at
+// 250,000 pods).
 
 // podRebuildTimeout bounds the list of one node's pods that rebuilds it
 // (NodeState).
@@ -54,10 +56,6 @@ type podStore struct {
 	// and every relist: a rebuild from a list of a node's pods is applied
 	// only if its counter did not move while the list was read.
 	touched [nodeSlots]uint64
-	// known are the UIDs of the pods handed to the sink (or left out as
-	// not convertible) and not deleted since: what a relist compares
-	// with. Each key is the task's own UID string (no copy).
-	known map[string]struct{}
 	// synced is closed once the first list has been handed to the sink.
 	synced     chan struct{}
 	syncedOnce sync.Once
@@ -69,7 +67,7 @@ var (
 )
 
 func newPodStore(sink Sink, transform cache.TransformFunc, onBad func(string, error)) *podStore {
-	return &podStore{sink: sink, transform: transform, onBad: onBad, known: map[string]struct{}{}, synced: make(chan struct{})}
+	return &podStore{sink: sink, transform: transform, onBad: onBad, synced: make(chan struct{})}
 }
 
 // Transformer makes the reflector's own temporary store (a watch-list's
@@ -96,12 +94,10 @@ func (s *podStore) put(p *storedPod) {
 		// Left out; the cache keeps what it had (an earlier version that
 		// converted, if any) until the pod is fixed or deleted.
 		s.onBad(p.namespace+"/"+p.name, p.err)
-		s.known[string(p.uid)] = struct{}{}
 		s.touch(p.nodeName)
 		return
 	}
 	t := p.task()
-	s.known[t.UID] = struct{}{} // t.UID is p.uid's string: no copy
 	s.touch(t.NodeName)
 	s.sink.AddOrUpdateTask(t)
 }
@@ -135,7 +131,7 @@ func (s *podStore) Delete(o any) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.deleteLocked(uid)
+	s.sink.DeleteTask(uid)
 	s.touch(node)
 	return nil
 }
@@ -171,15 +167,9 @@ func (s *podStore) applyIfQuiet(node string, seen uint64, f func()) bool {
 	return true
 }
 
-// deleteLocked tells the sink of a pod gone. s.mu is held.
-func (s *podStore) deleteLocked(uid string) {
-	delete(s.known, uid)
-	s.sink.DeleteTask(uid)
-}
-
-// Replace takes a (re)list: every pod listed is handed to the sink, and
-// every pod known before and not listed is deleted (it went while the
-// watch was down). The first one marks the store synced.
+// Replace takes a (re)list: every task of the sink whose pod is not listed
+// is deleted (it went while the watch was down), then every pod listed is
+// handed to the sink. The first one marks the store synced.
 func (s *podStore) Replace(list []any, _ string) error {
 	listed := make(map[string]struct{}, len(list))
 	pods := make([]*storedPod, 0, len(list))
@@ -195,11 +185,10 @@ func (s *podStore) Replace(list []any, _ string) error {
 	for i := range s.touched {
 		s.touched[i]++ // the deletes below are of pods whose node is not known here
 	}
-	for uid := range s.known {
-		if _, ok := listed[uid]; !ok {
-			s.deleteLocked(uid)
-		}
-	}
+	s.sink.DeleteTasksExcept(func(uid string) bool {
+		_, ok := listed[uid]
+		return ok
+	})
 	for _, p := range pods {
 		s.put(p)
 	}

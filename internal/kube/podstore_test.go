@@ -116,8 +116,8 @@ func TestPodStoreRelistDeletesThePodsItNoLongerLists(t *testing.T) {
 	if got := sink.tasks.deletes(); len(got) != 4 || got[2] != "uid-b" || got[3] != "uid-c" {
 		t.Errorf("deletes told: %v, want uid-b and uid-c last", got)
 	}
-	if len(s.known) != 0 {
-		t.Errorf("the store still knows %d pods after every one was deleted", len(s.known))
+	if left := sink.tasks.keys(); len(left) != 0 {
+		t.Errorf("the sink still has %v after every pod was deleted", left)
 	}
 	// What is not a pod is refused, not handed on.
 	if err := s.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0"}}); err == nil {

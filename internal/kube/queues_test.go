@@ -144,12 +144,13 @@ func TestQueueReporterMarksAndClears(t *testing.T) {
 
 type nopSink struct{}
 
-func (nopSink) AddOrUpdateNode(api.Node)  {}
-func (nopSink) DeleteNode(string, string) {}
-func (nopSink) AddOrUpdateTask(api.Task)  {}
-func (nopSink) DeleteTask(string)         {}
-func (nopSink) AddOrUpdateJob(api.Job)    {}
-func (nopSink) DeleteJob(string)          {}
+func (nopSink) AddOrUpdateNode(api.Node)            {}
+func (nopSink) DeleteNode(string, string)           {}
+func (nopSink) AddOrUpdateTask(api.Task)            {}
+func (nopSink) DeleteTask(string)                   {}
+func (nopSink) DeleteTasksExcept(func(string) bool) {}
+func (nopSink) AddOrUpdateJob(api.Job)              {}
+func (nopSink) DeleteJob(string)                    {}
 
 type queueCall struct {
 	specs []api.QueueSpec

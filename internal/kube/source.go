@@ -33,6 +33,10 @@ type Sink interface {
 	DeleteNode(name, uid string)
 	AddOrUpdateTask(api.Task)
 	DeleteTask(uid string)
+	// DeleteTasksExcept deletes every task whose UID keep reports false
+	// (a relist of every pod: those it no longer lists). keep must not
+	// call back into the Sink.
+	DeleteTasksExcept(keep func(uid string) bool)
 	AddOrUpdateJob(api.Job)
 	DeleteJob(uid string)
 }

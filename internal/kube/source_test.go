@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -147,6 +148,12 @@ func (h *handed[V]) get(key string) (V, bool) {
 	return v, ok
 }
 
+func (h *handed[V]) keys() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Collect(maps.Keys(h.m))
+}
+
 func (h *handed[V]) deletes() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -177,8 +184,15 @@ type taskSink struct {
 	nodes handed[api.Node]
 }
 
-func (s *taskSink) AddOrUpdateTask(t api.Task)        { s.tasks.put(t.UID, t) }
-func (s *taskSink) DeleteTask(uid string)             { s.tasks.remove(uid, uid) }
+func (s *taskSink) AddOrUpdateTask(t api.Task) { s.tasks.put(t.UID, t) }
+func (s *taskSink) DeleteTask(uid string)      { s.tasks.remove(uid, uid) }
+func (s *taskSink) DeleteTasksExcept(keep func(string) bool) {
+	for _, uid := range s.tasks.keys() {
+		if !keep(uid) {
+			s.tasks.remove(uid, uid)
+		}
+	}
+}
 func (s *taskSink) task(uid string) (api.Task, bool)  { return s.tasks.get(uid) }
 func (s *taskSink) AddOrUpdateNode(n api.Node)        { s.nodes.put(n.Name, n) }
 func (s *taskSink) DeleteNode(name, uid string)       { s.nodes.remove(name, uid) }
