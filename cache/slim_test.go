@@ -52,8 +52,8 @@ func TestPlacedTasksAreKeptSlim(t *testing.T) {
 			t.Errorf("%s: read back %+v, given %+v", tk.Name, got, tk)
 		}
 	}
-	if l := c.shapes[objKey{"ns", "j"}]; len(l) != 1 || l[0].refs != 3 {
-		t.Fatalf("3 tasks of one shape: %d shapes", len(l))
+	if l := c.shapes[objKey{"ns", "j"}]; len(l) != 3 {
+		t.Fatalf("3 tasks alike but in 3 phases: %d shapes, want 3", len(l))
 	}
 	jt := c.JobTasks("ns", "j")
 	if len(jt) != 3 || !reflect.DeepEqual(jt[0], given[0]) || !reflect.DeepEqual(jt[2], given[2]) {
@@ -123,7 +123,7 @@ func TestSlimShapesAreBounded(t *testing.T) {
 // tasks differing in it share a shape, and one of them would read back
 // wrong. Each field is changed alone, in turn.
 func TestSameShapeComparesEveryField(t *testing.T) {
-	perTask := map[string]bool{"Name": true, "UID": true, "NodeName": true, "Phase": true, "Created": true}
+	perTask := map[string]bool{"Name": true, "UID": true, "NodeName": true, "Created": true}
 	base := constrained("a")
 	typ := reflect.TypeOf(base)
 	for i := range typ.NumField() {
@@ -158,6 +158,32 @@ func TestSameShapeComparesEveryField(t *testing.T) {
 		}
 		if got := sameShape(&base, &other); got != perTask[f.Name] {
 			t.Errorf("field %s changed: sameShape %v, want %v", f.Name, got, perTask[f.Name])
+		}
+	}
+}
+
+// Tasks of a job alike and in one phase share one shape; a change of
+// phase moves a task to the shape of its new phase, and reads back right.
+func TestSlimTasksShareAShapeByPhase(t *testing.T) {
+	c := New(Options{})
+	var given []api.Task
+	for i := range 4 {
+		tk := on(constrained(fmt.Sprintf("w-%d", i)), "n1", api.TaskRunning)
+		c.AddOrUpdateTask(tk)
+		given = append(given, tk)
+	}
+	if l := c.shapes[objKey{"ns", "j"}]; len(l) != 1 || l[0].refs != 4 {
+		t.Fatalf("4 running tasks alike: %d shapes", len(l))
+	}
+	given[3].Phase = api.TaskSucceeded
+	c.AddOrUpdateTask(given[3])
+	mustVerify(t, c)
+	if l := c.shapes[objKey{"ns", "j"}]; len(l) != 2 {
+		t.Fatalf("after one task finished: %d shapes, want 2", len(l))
+	}
+	for _, tk := range given {
+		if got, _ := c.Task(tk.UID); !reflect.DeepEqual(got, tk) {
+			t.Errorf("%s: read back %+v, given %+v", tk.Name, got, tk)
 		}
 	}
 }
