@@ -47,7 +47,7 @@ type Cache struct {
 
 	tasks     map[string]*taskEntry // every known task, by UID
 	taskNames nameIndex             // namespace/name -> task
-	byNode    map[string]entrySet   // placement node -> its tasks, known node or not
+	byNode    map[string]entryList  // placement node -> its tasks, known node or not
 
 	groups        map[objKey]*taskGroup // namespace/job -> its tasks
 	pendingGroups map[objKey]*taskGroup // the groups with at least one pending task
@@ -83,10 +83,48 @@ type Cache struct {
 
 type objKey struct{ namespace, name string }
 
-// entrySet is a set of tasks. A set of pointers costs a third of a map by
-// UID: with every pod of the cluster in a group and on a node, in every
-// shard, the difference was a tenth of a shard's heap at 1M cores.
-type entrySet map[*taskEntry]struct{}
+// entryList is a set of tasks in no particular order: the tasks on one
+// node (each task's nodeAt is its index there) or of one group (groupAt),
+// so that a task leaves it by a swap with the last. Every pod of the
+// cluster is on a node and in a group, in every shard: a slice costs ~10
+// bytes a task where a set of pointers (a map) cost 25-60, the most for
+// the small sets of a node's tasks.
+type entryList []*taskEntry
+
+// add appends e, storing its index in *at.
+func (l *entryList) add(e *taskEntry, at *int32) {
+	*at = int32(len(*l))
+	*l = append(*l, e)
+}
+
+// remove takes out e, whose index is at(e), moving the last task into its
+// place; a list left at under a quarter of its capacity is copied into a
+// smaller one.
+func (l *entryList) remove(e *taskEntry, at func(*taskEntry) *int32) {
+	s := *l
+	i, last := *at(e), len(s)-1
+	if int(i) > last || s[i] != e {
+		return // not in this list
+	}
+	if moved := s[last]; moved != e {
+		s[i] = moved
+		*at(moved) = i
+	}
+	s[last] = nil
+	s = s[:last]
+	if cap(s) > 16 && len(s) < cap(s)/4 {
+		s = append(entryList(nil), s...)
+	}
+	*l = s
+}
+
+// has reports whether e is in the list at index at (for checks).
+func (l entryList) has(e *taskEntry, at int32) bool {
+	return at >= 0 && int(at) < len(l) && l[at] == e
+}
+
+func nodeAt(e *taskEntry) *int32  { return &e.nodeAt }
+func groupAt(e *taskEntry) *int32 { return &e.groupAt }
 
 type note struct{ node, reason string }
 
@@ -131,6 +169,9 @@ type taskEntry struct {
 	// other shards' nodes; a booking of its own (node, request, phase) was
 	// 48 bytes more a booked task.
 	booked bool
+	// nodeAt and groupAt are the task's indexes in its node's list
+	// (byNode) and its group's (see entryList).
+	nodeAt, groupAt int32
 }
 
 // assumedOn is the node e is assumed on, "" if none.
@@ -163,7 +204,7 @@ func (e *taskEntry) bookedAs() bookedAs {
 // that name: see member.
 type taskGroup struct {
 	key     objKey
-	tasks   entrySet
+	tasks   entryList
 	pending int
 	gen     int64
 	// cutoff is cutoffOf the job now known under key; a change of it is a
@@ -194,7 +235,7 @@ func (c *Cache) init() {
 	c.nodes = map[string]*nodeEntry{}
 	c.tasks = map[string]*taskEntry{}
 	c.taskNames = newNameIndex()
-	c.byNode = map[string]entrySet{}
+	c.byNode = map[string]entryList{}
 	c.groups = map[objKey]*taskGroup{}
 	c.pendingGroups = map[objKey]*taskGroup{}
 	c.jobs = map[string]*api.Job{}

@@ -171,7 +171,7 @@ func verify(c *Cache) error {
 		if e.node != node {
 			fail("task %s: placement %q, want %q", uid, e.node, node)
 		}
-		if node != "" && !inSet(c.byNode[node], e) {
+		if node != "" && !c.byNode[node].has(e, e.nodeAt) {
 			fail("task %s: not indexed on %s", uid, node)
 		}
 		isPending := node == "" && !e.assumed && (view.Phase == api.TaskPending || view.Phase == "")
@@ -181,7 +181,7 @@ func verify(c *Cache) error {
 		if isPending {
 			pending++
 		}
-		if e.group == nil || !inSet(e.group.tasks, e) || e.group.key != (objKey{view.Namespace, view.Job}) {
+		if e.group == nil || !e.group.tasks.has(e, e.groupAt) || e.group.key != (objKey{view.Namespace, view.Job}) {
 			fail("task %s: group", uid)
 		}
 		owned := false
@@ -227,8 +227,8 @@ func verify(c *Cache) error {
 		fail("name index holds %d entries for %d tasks", n, len(c.tasks))
 	}
 	for node, m := range c.byNode {
-		for e := range m {
-			if c.tasks[e.uid] != e || e.node != node {
+		for i, e := range m {
+			if c.tasks[e.uid] != e || e.node != node || int(e.nodeAt) != i {
 				fail("byNode %s/%s stale", node, e.uid)
 			}
 		}
@@ -238,7 +238,10 @@ func verify(c *Cache) error {
 	}
 	for key, g := range c.groups {
 		p := 0
-		for e := range g.tasks {
+		for i, e := range g.tasks {
+			if e.group != g || int(e.groupAt) != i {
+				fail("group %v: task %s listed at %d, its own index %d", key, e.uid, i, e.groupAt)
+			}
 			if e.pending {
 				p++
 			}
@@ -381,7 +384,3 @@ func taskNames(ts []*api.Task) []string {
 	return out
 }
 
-func inSet(s entrySet, e *taskEntry) bool {
-	_, ok := s[e]
-	return ok
-}

@@ -96,7 +96,7 @@ func (c *Cache) Rebuild(node api.Node, tasks []api.Task) {
 		}
 	}
 	var stale []string
-	for e := range c.byNode[node.Name] {
+	for _, e := range c.byNode[node.Name] {
 		if _, ok := listed[e.uid]; !ok && !e.assumed {
 			stale = append(stale, e.uid)
 		}
@@ -124,7 +124,7 @@ func (c *Cache) createBooks(ne *nodeEntry) {
 	ne.books = be
 	c.pushFront(be)
 	c.bookCount++
-	for e := range c.byNode[name] {
+	for _, e := range c.byNode[name] {
 		e.booked = true
 	}
 	c.nodeChanged(be) // not exact yet: recomputes
@@ -133,7 +133,7 @@ func (c *Cache) createBooks(ne *nodeEntry) {
 // dropBooks stops keeping books for a node; its tasks stay known.
 func (c *Cache) dropBooks(ne *nodeEntry) {
 	name := ne.node.Name
-	for e := range c.byNode[name] {
+	for _, e := range c.byNode[name] {
 		e.booked = false
 	}
 	delete(c.outOfSync, name)
@@ -177,7 +177,7 @@ func (c *Cache) recompute(be *bookEntry) {
 	name := be.b.Node.Name
 	used, rel := api.Resource{}, api.Resource{}
 	exact, n := true, 0
-	for e := range c.byNode[name] {
+	for _, e := range c.byNode[name] {
 		if !e.booked {
 			continue
 		}

@@ -258,7 +258,7 @@ func mergeTasks(out, a, b []*api.Task) []*api.Task {
 // assumption replaces it), so the snapshot's stays as it was.
 func groupView(g *taskGroup) *snapGroup {
 	ng := &snapGroup{gen: g.gen, members: make([]record, 0, len(g.tasks))}
-	for e := range g.tasks {
+	for _, e := range g.tasks {
 		if !g.member(e) {
 			continue
 		}
@@ -267,7 +267,7 @@ func groupView(g *taskGroup) *snapGroup {
 			ng.pending = append(ng.pending, e.full)
 		}
 	}
-	// The members stay in the map's order: what a cycle reads of them
+	// The members stay in the list's order: what a cycle reads of them
 	// (counts, flags) does not depend on it, and sorting every changed
 	// group at every refresh was 3 % of a shard's CPU with pods arriving
 	// one by one into groups of a hundred. TasksOfJob sorts its copy.

@@ -40,7 +40,7 @@ func (c *Cache) JobSummary(namespace, job string) JobSummary {
 	if m := g.summary.Load(); m != nil && m.gen == g.gen {
 		return m.sum.clone()
 	}
-	for e := range g.tasks {
+	for _, e := range g.tasks {
 		phase, sh := e.phase(), e.shared()
 		switch {
 		case !g.member(e):
@@ -113,7 +113,7 @@ func (c *Cache) JobTasks(namespace, job string) []api.Task {
 		return nil
 	}
 	out := make([]api.Task, 0, len(g.tasks))
-	for e := range g.tasks {
+	for _, e := range g.tasks {
 		if g.member(e) {
 			out = append(out, e.value())
 		}

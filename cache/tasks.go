@@ -129,20 +129,19 @@ func (c *Cache) setPlacement(e *taskEntry, node string) {
 		return
 	}
 	if e.node != "" {
-		if m := c.byNode[e.node]; m != nil {
-			delete(m, e)
-			if len(m) == 0 {
+		if l, ok := c.byNode[e.node]; ok {
+			l.remove(e, nodeAt)
+			if len(l) == 0 {
 				delete(c.byNode, e.node)
+			} else {
+				c.byNode[e.node] = l
 			}
 		}
 	}
 	if node != "" {
-		m := c.byNode[node]
-		if m == nil {
-			m = entrySet{}
-			c.byNode[node] = m
-		}
-		m[e] = struct{}{}
+		l := c.byNode[node]
+		l.add(e, &e.nodeAt)
+		c.byNode[node] = l
 	}
 	e.node = node
 }
@@ -208,7 +207,7 @@ func (c *Cache) leaveGroup(e *taskEntry) {
 	if g == nil {
 		return
 	}
-	delete(g.tasks, e)
+	g.tasks.remove(e, groupAt)
 	if e.pending {
 		g.pending--
 		c.pendingCount--
@@ -226,10 +225,10 @@ func (c *Cache) leaveGroup(e *taskEntry) {
 func (c *Cache) joinGroup(e *taskEntry, key objKey, pending bool) {
 	g := c.groups[key]
 	if g == nil {
-		g = &taskGroup{key: key, tasks: entrySet{}, cutoff: cutoffOf(c.jobs[c.jobNames[key]])}
+		g = &taskGroup{key: key, cutoff: cutoffOf(c.jobs[c.jobNames[key]])}
 		c.groups[key] = g
 	}
-	g.tasks[e] = struct{}{}
+	g.tasks.add(e, &e.groupAt)
 	e.group, e.pending = g, pending
 	if pending {
 		g.pending++
