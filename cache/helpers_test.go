@@ -383,4 +383,3 @@ func taskNames(ts []*api.Task) []string {
 	}
 	return out
 }
-
