@@ -108,7 +108,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.statusNamespace, "status-namespace", os.Getenv("POD_NAMESPACE"),
 		"namespace of the shard's status Lease, read by `kubectl shardsched shards` (default $POD_NAMESPACE; empty: none)")
 	fs.StringVar(&o.gcHeapFloor, "gc-heap-floor", "256Mi",
-		"once the shard is ready, the garbage collector runs no more often than once per this much heap growth while the live heap is smaller (a quantity, 0..64Gi; 0: Go's own pacing); it adds at most this much to the heap, a soft memory limit (GOMEMLIMIT) still caps it, and it is off when GOGC is set")
+		"once the shard is ready, the garbage collector does not run before the heap reaches this much (a quantity, 0..64Gi; 0: Go's own pacing): a small live heap is collected once per this much less the live heap of growth, a live heap of half of it or more at Go's pacing; the heap does not grow past it on its account, a soft memory limit (GOMEMLIMIT) still caps it, and it is off when GOGC is set")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -304,9 +304,10 @@ func run(o options, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The floor starts once the shard is ready: while its informers fill
-	// the heap, Go's pacing keeps the heap at twice what is live, where
-	// live+floor would add up to the floor to a start-up's peak (at 1M
-	// cores, 473–499 MiB at ready against 424 at Go's pacing).
+	// the heap, Go's pacing keeps the heap at twice what is live (the
+	// floor as first built, a headroom of live+floor, added up to the floor
+	// to a start-up's peak: at 1M cores, 473–499 MiB at ready against 424
+	// at Go's pacing).
 	startFloor := func() {}
 	switch {
 	case o.gcFloor == 0:

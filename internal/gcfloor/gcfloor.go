@@ -1,5 +1,5 @@
-// Package gcfloor keeps Go's garbage collector from running more often than
-// once per floor bytes of heap growth while the live heap is small.
+// Package gcfloor keeps Go's garbage collector from running before the
+// heap has reached a floor while the live heap is small.
 //
 // At Go's default (GOGC=100) the collector runs each time the heap has
 // grown by its live size. A shard of a small or medium cluster has a live
@@ -7,12 +7,16 @@
 // several times a second: in a real run at 1,000 nodes the collector (its
 // mark workers, assists and sweeping) took about a tenth of the shard's
 // CPU. A Tuner raises the GC percent so that the heap goal is at least the
-// live heap plus the floor, which bounds the collector's work while adding
-// about the floor at most to the heap; once the live heap is larger than
-// the floor the percent is the base again (the goal twice the live heap at
-// GOGC=100), so a shard of a large cluster keeps the memory it had. A soft
-// memory limit (GOMEMLIMIT, which the StatefulSet sets from the
-// container's limit) still caps the heap whatever the percent.
+// floor: the collector then runs once per floor-minus-live of allocation,
+// and the heap does not grow past the floor on its account. Once the live
+// heap is half the floor, Go's own goal (twice the live heap at GOGC=100)
+// is the larger and the percent is the base again: a shard of a large
+// cluster keeps the memory Go's pacing gives it. (The floor was first a
+// headroom, the goal at least live+floor: the same for a small heap, but
+// at 1M cores, a live heap of ~200 MB, it held ~75 MiB more than Go's
+// pacing for a fifth fewer collections.) A soft memory limit (GOMEMLIMIT,
+// which the StatefulSet sets from the container's limit) still caps the
+// heap whatever the percent.
 package gcfloor
 
 import (
@@ -34,21 +38,24 @@ const MaxPercent = 10000
 const heapMinimum = 4 << 20
 
 // Percent is the GC percent that makes the heap goal the larger of what
-// base gives and live+floor. Go's goal is the live heap plus percent/100 of
+// base gives and the floor. Go's goal is the live heap plus percent/100 of
 // what the last collection scanned: the live heap, the goroutine stacks and
 // the globals (scan here), and never less than 4 MiB × percent/100. So the
-// percent is ⌈floor×100/scan⌉, at most floor×100/4MiB (the minimum goal
-// then stays within the floor) and MaxPercent, and at least base. Without
-// that second bound a shard at 1,000 nodes grew its heap to 400 MiB while
+// percent is ⌈(floor−scan)×100/scan⌉ (the goal the floor less the stacks
+// and globals scanned, a MiB or two, which the live heap alone is not
+// told apart from here), at most floor×100/4MiB (the minimum goal then
+// stays within the floor) and MaxPercent, and at least base. Without that
+// second bound a shard at 1,000 nodes grew its heap to 400 MiB while
 // starting (a few MiB live: the percent at MaxPercent, so the minimum goal
-// was 400 MiB), where live+floor was ~260 MiB; over the live heap alone
-// (a live heap of ~20 MiB, stacks and globals ~2 MiB) the goal was ~30 MiB
-// above live+floor. A negative base (the collector off), a zero floor or
-// a scan not known yet (0: no collection has run) leave base as it is.
+// was 400 MiB) where the floor was 256 MiB. A negative base (the collector
+// off), a zero floor or a scan not known yet (0: no collection has run)
+// leave base as it is.
 func Percent(scan, floor uint64, base int) int {
 	switch {
 	case base < 0 || floor == 0 || scan == 0:
 		return base
+	case scan >= floor:
+		return base // Go's goal is above the floor at any percent
 	case scan > math.MaxUint64/128:
 		return base // a heap this size is far above any floor
 	}
@@ -56,11 +63,12 @@ func Percent(scan, floor uint64, base int) int {
 	if floor/heapMinimum < MaxPercent/100 {
 		top = floor * 100 / heapMinimum // floor < 400 MiB: no overflow
 	}
-	if floor/scan >= MaxPercent/100 {
+	room := floor - scan
+	if room/scan >= MaxPercent/100 {
 		return max(base, int(top))
 	}
-	// floor < 100·scan here; the remainder's part cannot overflow.
-	p := floor/scan*100 + (floor%scan*100+scan-1)/scan
+	// room < 100·scan here; the remainder's part cannot overflow.
+	p := room/scan*100 + (room%scan*100+scan-1)/scan
 	return max(base, int(min(p, top)))
 }
 
@@ -87,7 +95,7 @@ func newTuner(floor uint64, base int, scan func() uint64, set func(int) int) *Tu
 // Step reads what the last collection scanned and sets the percent that
 // Percent gives for it, unless it is within an eighth of the one in force
 // (a heap that moves a little does not reset the collector's goal every
-// time, so the goal may be up to an eighth off live+floor; going back to
+// time, so the goal may be up to an eighth off the floor; going back to
 // the base is always done); it returns the percent in force after the
 // step.
 func (t *Tuner) Step() int {

@@ -18,21 +18,23 @@ func TestPercent(t *testing.T) {
 		scan, floor uint64 // scan: the live heap, stacks and globals
 		base, want  int
 	}{
-		{scan: 32 * mib, floor: 256 * mib, base: 100, want: 800},  // goal 32+256 MiB
-		{scan: 30 * mib, floor: 256 * mib, base: 100, want: 854},  // rounded up: the goal is never below live+floor
-		{scan: 256 * mib, floor: 256 * mib, base: 100, want: 100}, // the floor is what base gives
+		{scan: 32 * mib, floor: 256 * mib, base: 100, want: 700},  // goal 32+224 MiB
+		{scan: 30 * mib, floor: 256 * mib, base: 100, want: 754},  // rounded up: the goal is never below the floor
+		{scan: 128 * mib, floor: 256 * mib, base: 100, want: 100}, // the floor is what base gives
+		{scan: 120 * mib, floor: 256 * mib, base: 100, want: 114},
+		{scan: 256 * mib, floor: 256 * mib, base: 100, want: 100},
 		{scan: 1024 * mib, floor: 256 * mib, base: 100, want: 100},
 		{scan: 32 * mib, floor: 256 * mib, base: 1000, want: 1000},        // base already above the floor's
 		{scan: 1 * mib, floor: 256 * mib, base: 100, want: 6400},          // the runtime's minimum goal (4 MiB × 64) is the floor
 		{scan: 100 * 1024, floor: 512 * mib, base: 100, want: MaxPercent}, // its minimum, 400 MiB, is within the floor
 		{scan: 1 * mib, floor: 8 * mib, base: 100, want: 200},             // not 800: the minimum goal would be 32 MiB
 		{scan: 1 * mib, floor: 2 * mib, base: 100, want: 100},             // a floor below 4 MiB: the base's minimum already
-		{scan: 9 * mib / 2, floor: 10 * mib, base: 100, want: 223},        // below the bound of 250, not at it
+		{scan: 9 * mib / 2, floor: 10 * mib, base: 100, want: 123},        // below the bound of 250, not at it
 		{scan: 0, floor: 256 * mib, base: 100, want: 100},                 // before the first collection: not known
 		{scan: 3 * mib, floor: 64 << 30, base: 100, want: MaxPercent},
 		{scan: 1<<64 - 1, floor: 1 << 36, base: 100, want: 100}, // no overflow
 		{scan: 1<<57 + 1, floor: 1<<57 - 1, base: 100, want: 100},
-		{scan: 1<<56 + 1, floor: 1<<62 - 1, base: 100, want: 6400},
+		{scan: 1<<56 + 1, floor: 1<<62 - 1, base: 100, want: 6300},
 		{scan: 32 * mib, floor: 0, base: 100, want: 100},       // no floor
 		{scan: 32 * mib, floor: 256 * mib, base: -1, want: -1}, // GOGC=off stays off
 		{scan: 1, floor: 1 << 62, base: 100, want: MaxPercent}, // no overflow
@@ -90,14 +92,14 @@ func TestTunerFollowsWhatTheCollectorScanned(t *testing.T) {
 		heap uint64
 		want int
 	}{
-		{32 * mib, 800},
-		{33 * mib, 800}, // 776: within an eighth, kept
-		{40 * mib, 640},
+		{32 * mib, 700},
+		{33 * mib, 700}, // 676: within an eighth, kept
+		{40 * mib, 540},
 		{300 * mib, 100}, // past the floor: the base
 		{310 * mib, 100},
-		{64 * mib, 400},
-		{233 * mib, 110},
-		{300 * mib, 100}, // back to the base, though within an eighth of 110
+		{64 * mib, 300},
+		{120 * mib, 114},
+		{130 * mib, 100}, // past half the floor: back to the base, though within an eighth of 114
 	}
 	for _, s := range steps {
 		f.setHeap(s.heap)
@@ -105,7 +107,7 @@ func TestTunerFollowsWhatTheCollectorScanned(t *testing.T) {
 			t.Errorf("scanned %d MiB: percent %d, want %d", s.heap/mib, got, s.want)
 		}
 	}
-	if got, want := f.setCalls(), []int{800, 640, 100, 400, 110, 100}; !slices.Equal(got, want) {
+	if got, want := f.setCalls(), []int{700, 540, 100, 300, 114, 100}; !slices.Equal(got, want) {
 		t.Errorf("set the percent %v, want %v (once per change)", got, want)
 	}
 }
@@ -135,7 +137,7 @@ func TestRunPutsTheBaseBack(t *testing.T) {
 	f.setHeap(64 * mib)
 	<-f.setDone // a tick's, for the new heap
 	stop()
-	if got, want := f.setCalls(), []int{800, 400, 100}; !slices.Equal(got, want) {
+	if got, want := f.setCalls(), []int{700, 300, 100}; !slices.Equal(got, want) {
 		t.Errorf("set %v, want %v", got, want)
 	}
 }
@@ -162,23 +164,22 @@ func TestRunStepsAfterACollection(t *testing.T) {
 		}
 	}
 	stop()
-	if got, want := f.setCalls(), []int{800, 400, 200, 100}; !slices.Equal(got, want) {
+	if got, want := f.setCalls(), []int{700, 300, 100}; !slices.Equal(got, want) {
 		t.Errorf("set %v, want %v", got, want)
 	}
 }
 
 // Against the real runtime: a Tuner reads what the collector scanned once
 // it has run, raises the percent for a small heap so that the runtime's
-// own heap goal is the live heap plus the floor (not more: the stacks and
-// globals count in the goal too), and Run leaves the program's percent as
-// it found it.
+// own heap goal is the floor (less the stacks and globals, which count in
+// the goal too), and Run leaves the program's percent as it found it.
 func TestTunerOfTheRunningProgram(t *testing.T) {
 	before := debug.SetGCPercent(150)
 	defer debug.SetGCPercent(before)
 	// A soft memory limit (GOMEMLIMIT) would lower the goals read below.
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
 	// A live heap of its own, so that the runtime's minimum goal (4 MiB
-	// times percent/100) stays below live+floor.
+	// times percent/100) stays below the floor.
 	ballast := make([]byte, 8*mib)
 	runtime.GC()
 	live, stacks, globals := readUint64("/gc/heap/live:bytes"), readUint64("/gc/scan/stack:bytes"), readUint64("/gc/scan/globals:bytes")
@@ -200,11 +201,12 @@ func TestTunerOfTheRunningProgram(t *testing.T) {
 	if now := gcPercent(); now != p {
 		t.Errorf("the runtime's percent is %d, want %d", now, p)
 	}
-	// The percent is rounded up, so the goal may pass live+floor by a
-	// hundredth of what was scanned, no more.
+	// The goal is the floor less the stacks and globals; the percent is
+	// rounded up, so it may pass that by a hundredth of what was scanned,
+	// no more.
 	goal := readUint64("/gc/heap/goal:bytes")
-	if lo, hi := live+floor, live+floor+(live+stacks+globals)/100+1; goal < lo || goal > hi {
-		t.Errorf("heap goal %d, want live %d + floor %d (up to %d): stacks %d, globals %d", goal, live, uint64(floor), hi, stacks, globals)
+	if lo := floor - stacks - globals; goal < lo || goal > lo+(live+stacks+globals)/100+1 {
+		t.Errorf("heap goal %d, want the floor %d less stacks %d and globals %d (%d), up to a hundredth of the scan more", goal, uint64(floor), stacks, globals, lo)
 	}
 	runtime.KeepAlive(ballast)
 
