@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/shardsched/shardsched/api"
 )
@@ -185,5 +186,18 @@ func TestSlimTasksShareAShapeByPhase(t *testing.T) {
 		if got, _ := c.Task(tk.UID); !reflect.DeepEqual(got, tk) {
 			t.Errorf("%s: read back %+v, given %+v", tk.Name, got, tk)
 		}
+	}
+}
+
+// Every pod of the cluster has a task entry in every shard, and nearly
+// every one a slim record: each is sized to a size class of Go's
+// allocator (80 and 64 bytes), so that a field added to either costs a
+// whole class (16 bytes a pod) only on purpose.
+func TestRecordsKeepTheirSizeClasses(t *testing.T) {
+	if got := unsafe.Sizeof(taskEntry{}); got > 80 {
+		t.Errorf("taskEntry is %d bytes, over its 80-byte size class", got)
+	}
+	if got := unsafe.Sizeof(slimTask{}); got > 64 {
+		t.Errorf("slimTask is %d bytes, over its 64-byte size class", got)
 	}
 }

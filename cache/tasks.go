@@ -65,8 +65,9 @@ func (c *Cache) DeleteTask(uid string) {
 }
 
 // DeleteTasksExcept forgets every task whose UID keep reports false: a
-// relist of every pod deletes so those it no longer lists. keep is called
-// with the cache's lock held and must not call back into the Cache.
+// relist of every pod calls it to forget those it no longer lists. keep
+// is called with the cache's lock held and must not call back into the
+// Cache.
 func (c *Cache) DeleteTasksExcept(keep func(uid string) bool) {
 	c.lock()
 	defer c.unlock()
