@@ -118,11 +118,6 @@ func (l *entryList) remove(e *taskEntry, at func(*taskEntry) *int32) {
 	*l = s
 }
 
-// has reports whether e is in the list at index at (for checks).
-func (l entryList) has(e *taskEntry, at int32) bool {
-	return at >= 0 && int(at) < len(l) && l[at] == e
-}
-
 func nodeAt(e *taskEntry) *int32  { return &e.nodeAt }
 func groupAt(e *taskEntry) *int32 { return &e.groupAt }
 

@@ -383,3 +383,8 @@ func taskNames(ts []*api.Task) []string {
 	}
 	return out
 }
+
+// has reports whether e is in the list l at index at.
+func (l entryList) has(e *taskEntry, at int32) bool {
+	return at >= 0 && int(at) < len(l) && l[at] == e
+}
