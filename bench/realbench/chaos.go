@@ -175,8 +175,9 @@ func directLinks(etcd, kubeconfig string) func(int, string) (shardLink, error) {
 // each in a directory of its own under dir (its log is there); links says
 // where shard i connects given the address its gossip listens on. extra
 // flags are passed to every shard. It returns once every shard's /readyz
-// answers; on error the ones started are stopped.
-func startChaosShards(dir, bin string, n int, schedName string, links func(i int, gossip string) (shardLink, error), extra ...string) ([]*chaosShard, error) {
+// answers, waiting at most readyWithin for each; on error the ones started
+// are stopped.
+func startChaosShards(dir, bin string, n int, schedName string, links func(i int, gossip string) (shardLink, error), readyWithin time.Duration, extra ...string) ([]*chaosShard, error) {
 	var out []*chaosShard
 	fail := func(err error) ([]*chaosShard, error) {
 		for _, s := range out {
@@ -275,7 +276,7 @@ func startChaosShards(dir, bin string, n int, schedName string, links func(i int
 	// shard can schedule, so each one's /readyz is waited for too (they
 	// warm up together).
 	for _, s := range out {
-		if err := s.proc.waitReady(context.Background(), s.readyz, 5*time.Minute); err != nil {
+		if err := s.proc.waitReady(context.Background(), s.readyz, readyWithin); err != nil {
 			return fail(fmt.Errorf("%s: %w", s.name, err))
 		}
 	}
@@ -609,7 +610,7 @@ func runChaos(ctx context.Context, o options, env *benchEnv, bin string, index i
 	defer func() { cancel(); f.Shutdown() }()
 	f.WaitForCacheSync(rctx.Done())
 
-	if c.shards, err = startChaosShards(filepath.Join(env.dir, c.run.namespace), bin, o.chaosShards, c.run.schedName, directLinks(c.etcd.Endpoints[0], env.kubeconfig)); err != nil {
+	if c.shards, err = startChaosShards(filepath.Join(env.dir, c.run.namespace), bin, o.chaosShards, c.run.schedName, directLinks(c.etcd.Endpoints[0], env.kubeconfig), shardReadyWithin); err != nil {
 		return report.Run{}, err
 	}
 	var end chaosEnd

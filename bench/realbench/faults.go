@@ -456,7 +456,7 @@ func (w *faultWorld) runSeed(ctx context.Context, fo faultOptions, sc faultScena
 		}
 		return shardLink{etcd: etcdURL.Scheme + "://" + e.Addr(), kubeconfig: kc, gossipAdvertise: g.Addr()}, nil
 	}
-	if f.shards, err = startChaosShards(dir, w.bin, faultsShards, name, links); err != nil {
+	if f.shards, err = startChaosShards(dir, w.bin, faultsShards, name, links, shardReadyWithin); err != nil {
 		return res, err
 	}
 	stopped := false

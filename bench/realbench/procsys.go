@@ -30,6 +30,22 @@ import (
 // warm-up).
 type procSystem struct{ shards int }
 
+// shardReadyWithin bounds a shard process's start, to its /readyz, where
+// the cluster holds a few thousand pods at most (the chaos and faults
+// modes).
+const shardReadyWithin = 5 * time.Minute
+
+// procReadyWithin bounds the start of n shard processes, to every one's
+// /readyz and every key owned, with up to pods pods in the cluster
+// (restart mode creates them first). Each process lists every pod, so the
+// n start-ups share the machine: shardReadyWithin, and a minute more per
+// 60,000 pods listed in all (one process took about a minute for 250,000
+// pods on 2 busy cores; 8 processes at that size: 38 minutes, a bound
+// with a margin, not an estimate).
+func procReadyWithin(pods, n int) time.Duration {
+	return shardReadyWithin + time.Duration(int64(pods)*int64(n)/60000)*time.Minute
+}
+
 func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*instance, error) {
 	if env.shardschedBin == "" {
 		return nil, errors.New("shardsched-proc: no cmd/shardsched binary was built")
@@ -50,8 +66,9 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 	if env.profileSeconds > 0 {
 		extra = append(extra, "--profiling")
 	}
+	within := procReadyWithin(run.pods, p.shards)
 	shards, err := startChaosShards(filepath.Join(env.dir, run.namespace), env.shardschedBin, p.shards, run.schedName,
-		directLinks(etcd.Endpoints[0], env.kubeconfig), extra...)
+		directLinks(etcd.Endpoints[0], env.kubeconfig), within, extra...)
 	if err != nil {
 		etcd.Close()
 		return nil, err
@@ -69,7 +86,7 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 		return peak
 	}
 	t0 := time.Now()
-	if err := newMonitor(shards).waitSettled(ctx, total, 5*time.Minute); err != nil {
+	if err := newMonitor(shards).waitSettled(ctx, total, within); err != nil {
 		stop()
 		return nil, err
 	}
