@@ -523,6 +523,13 @@ func run(o options) error {
 	if o.out != "" {
 		fmt.Fprintf(os.Stderr, "report written to %s\n", o.out)
 	}
+	for _, r := range results {
+		for _, rs := range r.restarts {
+			if rs.Error != "" {
+				return fmt.Errorf("%s, %s mode: %s not timed: %s", r.sys.name, r.mode, rs.What, rs.Error)
+			}
+		}
+	}
 	for _, r := range append(chaosRuns, faultRuns...) {
 		if r.Failed() {
 			return fmt.Errorf("%s broke an invariant: %v", r.Name, r.Invariants)

@@ -161,7 +161,11 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 				}
 				r, err := restartShard(ctx, shards, 0, k+1, total, profile, min(env.profileSeconds, restartProfileSeconds))
 				if err != nil {
-					return finished{}, fmt.Errorf("restart %s: %w", shards[0].name, err)
+					// The run's figures so far are kept: the restart is
+					// reported as not timed (the run fails) and the
+					// restarts stop there.
+					f.restarts = append(f.restarts, report.Restart{What: fmt.Sprintf("%s, restart %d", shards[0].name, k+1), Error: err.Error()})
+					break
 				}
 				f.restarts = append(f.restarts, r.Restart)
 				if r.profile != "" {

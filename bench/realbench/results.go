@@ -62,6 +62,10 @@ func printTables(w io.Writer, o options, results []result) {
 				starts = append(starts, *r.coldStart)
 			}
 			for _, rs := range starts {
+				if rs.Error != "" {
+					fmt.Fprintf(w, "%s: %s: not timed: %s.\n", r.sys.name, rs.What, rs.Error)
+					continue
+				}
 				fmt.Fprintf(w, "%s: %s: ready after %.1f s (%.1f CPU s, peak RSS %.0f MiB)", r.sys.name, rs.What, rs.ReadySeconds, rs.CPUSeconds, rs.PeakRSSMiB)
 				if rs.OwnedSeconds > 0 {
 					fmt.Fprintf(w, ", owned its keys again after %.1f s", rs.OwnedSeconds)

@@ -273,6 +273,9 @@ func restartRow(rs Restart, vs string) []string {
 	if rs.OwnedSeconds > 0 {
 		owned = num(rs.OwnedSeconds)
 	}
+	if rs.Error != "" {
+		return []string{rs.What, "**not timed**", "–", owned, num(rs.CPUSeconds), num(rs.PeakRSSMiB), oneLine(rs.Error)}
+	}
 	return []string{rs.What, num(rs.ReadySeconds), vs, owned, num(rs.CPUSeconds), num(rs.PeakRSSMiB), rs.Steps}
 }
 

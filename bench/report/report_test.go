@@ -522,3 +522,37 @@ func TestScaleOutCharts(t *testing.T) {
 		t.Errorf("charts without a virtual-CPU run: %v", cs)
 	}
 }
+
+// A restart the harness could not time (not ready within its bound) fails
+// the run, and the report says so beside the figures that were measured.
+func TestRestartNotTimedFailsTheRun(t *testing.T) {
+	run := Run{
+		Name: "restart/shardsched-proc-8", Mode: "restart", System: "shardsched", Shards: 8, Pods: 250000,
+		Invariants: map[string]int64{},
+		Restarts: []Restart{
+			{What: "first start", ReadySeconds: 1278.8, CPUSeconds: 900, PeakRSSMiB: 548},
+			{What: "shard-0, restart 1", Error: "wrap.sh not ready after 10m0s\n(503 Service Unavailable)"},
+		},
+	}
+	if !run.Failed() {
+		t.Fatal("a run whose restart was not timed is not failed")
+	}
+	timed := run
+	timed.Restarts = run.Restarts[:1]
+	if timed.Failed() {
+		t.Fatal("a run whose starts were all timed is failed")
+	}
+	md := Report{Title: "restart", Runs: []Run{run}}.Markdown()
+	if cells := row(t, md, "restart/shardsched-proc-8"); !slices.Contains(cells, "**FAILED**") {
+		t.Errorf("run row %q lacks the FAILED status", cells)
+	}
+	for _, s := range []string{
+		"| first start | 1279 |",
+		"| shard-0, restart 1 | **not timed** | – | – |",
+		"wrap.sh not ready after 10m0s (503 Service Unavailable) |",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("Markdown lacks %q", s)
+		}
+	}
+}

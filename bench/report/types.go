@@ -3,7 +3,10 @@
 // (simulated and real) fill the same types.
 package report
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Report is one bench invocation: every run compared in it, and the targets.
 type Report struct {
@@ -188,6 +191,9 @@ type Restart struct {
 	// Steps are its start-up steps as it reported them, e.g. "informers
 	// 4.10 s, scheduling 0.01 s".
 	Steps string `json:"steps,omitempty"`
+	// Error, when set, says why the start was not timed (e.g. not ready
+	// within the harness's bound); the run then failed.
+	Error string `json:"error,omitempty"`
 }
 
 // Point is one sample of a time series.
@@ -215,12 +221,16 @@ type ChaosEvent struct {
 	ThroughputBackAfter float64 `json:"throughputBackAfter"`
 }
 
-// Failed reports whether any invariant of the run was broken.
+// Failed reports whether any invariant of the run was broken, or a
+// restart it timed did not come up (Restart.Error).
 func (r Run) Failed() bool {
 	for _, n := range r.Invariants {
 		if n != 0 {
 			return true
 		}
+	}
+	if slices.ContainsFunc(r.Restarts, func(rs Restart) bool { return rs.Error != "" }) {
+		return true
 	}
 	return r.Chaos != nil && r.Chaos.AdmittedJobsLost != 0
 }
