@@ -99,7 +99,7 @@ func (r Report) writeResults(b *strings.Builder) {
 	}
 	writeTable(b, cols, rows)
 	b.WriteString("“vs baseline” is pods/s relative to the first run of the same mode, scenario and tier (to the mean of it and the baseline's run again after the other systems, where there is one). " +
-		"A run fails when any invariant is non-zero or a chaos run lost an admitted job.")
+		"A run fails when any invariant is non-zero, a chaos run lost an admitted job, or a start it timed did not come up (not timed, in the restart table).")
 	if slices.ContainsFunc(r.Runs, func(run Run) bool { return run.Load != nil }) {
 		b.WriteString(" “Load before → during” is the machine's 1-minute load average when the run's clock started → " +
 			"the mean (and max) of the readings taken every second while it ran, beside the CPUs the run could use: " +
