@@ -49,6 +49,9 @@ type podStore struct {
 	transform cache.TransformFunc
 	// onBad reports a pod that could not be converted.
 	onBad func(key string, err error)
+	// relisted, when set, is told of every list after the first (a relist
+	// of every pod: the watch could not resume) and how many it listed.
+	relisted func(pods int)
 
 	// mu orders the events and a rebuild (applyIfQuiet).
 	mu sync.Mutex
@@ -171,6 +174,9 @@ func (s *podStore) applyIfQuiet(node string, seen uint64, f func()) bool {
 // is deleted (it went while the watch was down), then every pod listed is
 // handed to the sink. The first one marks the store synced.
 func (s *podStore) Replace(list []any, _ string) error {
+	if s.relisted != nil && cache.IsDone(s) {
+		s.relisted(len(list))
+	}
 	listed := make(map[string]struct{}, len(list))
 	pods := make([]*storedPod, 0, len(list))
 	for _, o := range list {

@@ -58,6 +58,8 @@ func TestPodStoreRelistDeletesThePodsItNoLongerLists(t *testing.T) {
 	sink := &taskSink{}
 	var bad []string
 	s := newPodStore(sink, storeTransform(newPodInterner()), func(key string, err error) { bad = append(bad, key) })
+	var relists []int
+	s.relisted = func(pods int) { relists = append(relists, pods) }
 	if cache.IsDone(s) {
 		t.Fatal("synced before any list")
 	}
@@ -66,6 +68,9 @@ func TestPodStoreRelistDeletesThePodsItNoLongerLists(t *testing.T) {
 	}
 	if !cache.IsDone(s) {
 		t.Fatal("not synced after the first list")
+	}
+	if len(relists) != 0 {
+		t.Fatalf("the first list told as a relist: %v", relists)
 	}
 	// The watch: c is bound, then made unconvertible (the sink keeps its
 	// bound version), a new pod d comes.
@@ -88,6 +93,9 @@ func TestPodStoreRelistDeletesThePodsItNoLongerLists(t *testing.T) {
 	seen := s.touchedNode("n7") // a rebuild's list of n7, read before the relist
 	if err := s.Replace(relist, "9"); err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Equal(relists, []int{2}) {
+		t.Errorf("relists told: %v, want one of 2 pods", relists)
 	}
 	// The relist's deletes are of pods whose node is not known: a rebuild
 	// of any node from a list read before it is not applied.

@@ -130,6 +130,14 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	// The pods are followed by a reflector into the sink (podstore.go),
 	// not by an informer that would keep them all a second time.
 	s.pods = newPodStore(sink, transform, func(key string, err error) { s.bad("pod", key, err) })
+	s.pods.relisted = func(pods int) {
+		// client-go logs why a watch ended only at high verbosity; a
+		// relist of every pod is what an operator of a large cluster
+		// needs to see (each one decodes every pod again, on the shard and
+		// on the API server).
+		log.Warn("listed every pod again: the pod watch could not resume", "pods", pods,
+			"hint", "the watch fell behind the API server's history or was dropped by it; see the API server's load")
+	}
 	s.listNode = func(node string) ([]api.Task, error) { return nodeTasks(context.Background(), cs, transform, node) }
 	s.podRefl = cache.NewReflectorWithOptions(podListWatch(cs), &corev1.Pod{}, s.pods, cache.ReflectorOptions{Name: "pods", TypeDescription: "*v1.Pod"})
 	s.handle("nodes", s.core.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
