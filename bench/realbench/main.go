@@ -524,10 +524,8 @@ func run(o options) error {
 		fmt.Fprintf(os.Stderr, "report written to %s\n", o.out)
 	}
 	for _, r := range results {
-		for _, rs := range r.restarts {
-			if rs.Error != "" {
-				return fmt.Errorf("%s, %s mode: %s not timed: %s", r.sys.name, r.mode, rs.What, rs.Error)
-			}
+		if rs, ok := report.NotTimed(r.restarts); ok {
+			return fmt.Errorf("%s, %s mode: %s not timed: %s", r.sys.name, r.mode, rs.What, rs.Error)
 		}
 	}
 	for _, r := range append(chaosRuns, faultRuns...) {

@@ -537,6 +537,9 @@ func TestRestartNotTimedFailsTheRun(t *testing.T) {
 	if !run.Failed() {
 		t.Fatal("a run whose restart was not timed is not failed")
 	}
+	if rs, ok := NotTimed(run.Restarts); !ok || rs.What != "shard-0, restart 1" {
+		t.Errorf("NotTimed = %+v, %v; want shard-0's restart", rs, ok)
+	}
 	timed := run
 	timed.Restarts = run.Restarts[:1]
 	if timed.Failed() {

@@ -229,8 +229,17 @@ func (r Run) Failed() bool {
 			return true
 		}
 	}
-	if slices.ContainsFunc(r.Restarts, func(rs Restart) bool { return rs.Error != "" }) {
+	if _, ok := NotTimed(r.Restarts); ok {
 		return true
 	}
 	return r.Chaos != nil && r.Chaos.AdmittedJobsLost != 0
+}
+
+// NotTimed returns the first of starts that was not timed (its Error set).
+func NotTimed(starts []Restart) (Restart, bool) {
+	i := slices.IndexFunc(starts, func(rs Restart) bool { return rs.Error != "" })
+	if i < 0 {
+		return Restart{}, false
+	}
+	return starts[i], true
 }
