@@ -28,8 +28,9 @@ import (
 // were over a third of a shard's live heap (a heap profile at 62,500 pods,
 // the thirty-second session). So the pods are watched by a client-go
 // Reflector alone, its store being podStore: each event is converted
-// (storeTransform) and handed to the sink at once. Nothing is kept per pod:
-// which pods a relist no longer lists, the sink tells from its own tasks
+// (storeTransform) and handed to the sink at once, a watch-list's pods too,
+// as they stream (listedPod). Nothing is kept per pod: which pods a relist
+// no longer lists, the sink tells from its own tasks
 // (Sink.DeleteTasksExcept; a set of the pods' UIDs here was 9 MB at
 // 250,000 pods).
 
@@ -73,9 +74,40 @@ func newPodStore(sink Sink, transform cache.TransformFunc, onBad func(string, er
 	return &podStore{sink: sink, transform: transform, onBad: onBad, synced: make(chan struct{})}
 }
 
+// listedPod is what the reflector's temporary store keeps of each pod a
+// watch-list streams: its UID (the string the pod's task in the sink holds
+// too). The pod's task was handed to the sink as it came (stream), and the
+// list's end (Replace) needs only which pods it listed. A converted pod
+// kept there until the end instead weighed 602 bytes a pod more at the
+// end of a relist, every pod's new and old state held at once
+// (BenchmarkPodRelistHeap): ~150 MB at 250,000 pods, on a shard that keeps
+// ~130.
+type listedPod struct{ uid string }
+
 // Transformer makes the reflector's own temporary store (a watch-list's
-// initial events, kept until the list is complete) hold converted pods.
-func (s *podStore) Transformer() cache.TransformFunc { return s.transform }
+// initial events, kept until the list is complete) hand each pod on as it
+// comes and keep only its listedPod.
+func (s *podStore) Transformer() cache.TransformFunc { return s.stream }
+
+// stream hands one pod of a watch-list to the sink at once and returns
+// what the reflector's temporary store keeps of it. The pods of a list not
+// yet complete are each at least as recent as what the sink had of them (a
+// watch-list's state is not older than the reflector's last), and the pods
+// a list does not have are forgotten only at its end, as they were when
+// the whole list was handed on there.
+func (s *podStore) stream(o any) (any, error) {
+	if l, ok := o.(*listedPod); ok {
+		return l, nil
+	}
+	p, err := s.stored(o)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.put(p)
+	return &listedPod{uid: string(p.uid)}, nil
+}
 
 // stored converts what the reflector hands over: a pod, or a pod its
 // temporary store already converted.
@@ -171,15 +203,20 @@ func (s *podStore) applyIfQuiet(node string, seen uint64, f func()) bool {
 }
 
 // Replace takes a (re)list: every task of the sink whose pod is not listed
-// is deleted (it went while the watch was down), then every pod listed is
-// handed to the sink. The first one marks the store synced.
+// is deleted (it went while the watch was down), then every pod listed and
+// not yet handed on (a list's, where a watch-list's came as they were
+// streamed) is handed to the sink. The first one marks the store synced.
 func (s *podStore) Replace(list []any, _ string) error {
 	if s.relisted != nil && cache.IsDone(s) {
 		s.relisted(len(list))
 	}
 	listed := make(map[string]struct{}, len(list))
-	pods := make([]*storedPod, 0, len(list))
+	var pods []*storedPod
 	for _, o := range list {
+		if l, ok := o.(*listedPod); ok {
+			listed[l.uid] = struct{}{}
+			continue
+		}
 		p, err := s.stored(o)
 		if err != nil {
 			return err
