@@ -47,7 +47,9 @@ func (w *scriptedWatch) send(e watch.Event) bool {
 	}
 }
 
-func (w *scriptedWatch) add(p *corev1.Pod) bool { return w.send(watch.Event{Type: watch.Added, Object: p}) }
+func (w *scriptedWatch) add(p *corev1.Pod) bool {
+	return w.send(watch.Event{Type: watch.Added, Object: p})
+}
 
 // endInitialEvents sends the bookmark that ends a watch-list's initial
 // events, at resource version rv.
