@@ -16,9 +16,8 @@ import (
 // sink (podstore.go): the task converted from the pod as it arrived, and of
 // the pod's metadata only what client-go reads (namespace and name for a
 // store's key, the resource version, the UID a delete is told by). It is
-// what the pod reflector's temporary store holds of each pod while a
-// watch-list's initial events come in (the transform is the store's
-// Transformer), and it is dropped once its task is handed on: the sink
+// dropped once its task is handed on, a watch-list's pods' too (the pod
+// reflector's temporary store keeps only their UIDs: listedPod): the sink
 // keeps the tasks, and nothing else keeps pods. (A pod kept as a
 // *corev1.Pod cut down to what TaskFromPod reads, beside its task in the
 // cache, weighed 4.7 times what this and the cache's task do:

@@ -109,8 +109,8 @@ func (s *podStore) stream(o any) (any, error) {
 	return &listedPod{uid: string(p.uid)}, nil
 }
 
-// stored converts what the reflector hands over: a pod, or a pod its
-// temporary store already converted.
+// stored converts what the reflector hands over: a pod, or its storedPod
+// (the transform takes either).
 func (s *podStore) stored(o any) (*storedPod, error) {
 	t, err := s.transform(unwrap(o))
 	if err != nil {

@@ -86,8 +86,9 @@ func TestPodStoreRelistDeletesThePodsItNoLongerLists(t *testing.T) {
 		t.Fatalf("reported as unconvertible: %v, want [ns/c]", bad)
 	}
 	// The watch goes down; meanwhile a and d are deleted and b changes.
-	// The relist lists b and c (in a watch-list's form: already converted
-	// by the reflector's temporary store) and nothing else.
+	// The relist lists b and c (c in a watch-list's form: handed on as it
+	// was streamed, the reflector's temporary store keeping its UID) and
+	// nothing else.
 	relist := []any{cpuPod("b", "n2", "3"), cpuPod("c", "n1", "4")}
 	relist[1], _ = s.Transformer()(relist[1])
 	seen := s.touchedNode("n7") // a rebuild's list of n7, read before the relist
