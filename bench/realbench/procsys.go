@@ -159,7 +159,7 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 				if env.profileSeconds > 0 && k == 0 {
 					profile = env.profilePath(run, shards[0].name+"-restart")
 				}
-				r, err := restartShard(ctx, shards, 0, k+1, total, profile, min(env.profileSeconds, restartProfileSeconds))
+				r, err := restartShard(ctx, shards, 0, k+1, total, within, profile, min(env.profileSeconds, restartProfileSeconds))
 				if err != nil {
 					// The run's figures so far are kept: the restart is
 					// reported as not timed (the run fails) and the
@@ -228,12 +228,13 @@ type restarted struct {
 // flags (its log in restart-<n> beside the first), and returns how long
 // after the start its /readyz answered and it owned again as many keys as
 // it did before it stopped (every one of total keys owned by some shard),
-// and the steps of its start as it exported them
+// each within the bound given (the first start's: the restarted shard
+// lists every pod while the others watch them), and the steps of its start as it exported them
 // (shardsched_startup_step_end_seconds). With a
 // profile path it also takes a CPU profile of the shard's first
 // profileSeconds (from its /healthz answering: the shard serves its
 // endpoints before it lists the cluster).
-func restartShard(ctx context.Context, shards []*chaosShard, i, n, total int, profile string, profileSeconds int) (restarted, error) {
+func restartShard(ctx context.Context, shards []*chaosShard, i, n, total int, within time.Duration, profile string, profileSeconds int) (restarted, error) {
 	s := shards[i]
 	// What it owns once the shards are settled (a second of every key
 	// owned and one coordinator leader: not in the middle of the hand-off
@@ -271,14 +272,14 @@ func restartShard(ctx context.Context, shards []*chaosShard, i, n, total int, pr
 		profNote = make(chan string, 1)
 		go func() { profNote <- fetchProfile(ctx, base, profileSeconds, profile, s.name+" (restarted)") }()
 	}
-	if err := p.waitReady(ctx, s.readyz, 10*time.Minute); err != nil {
+	if err := p.waitReady(ctx, s.readyz, within); err != nil {
 		return restarted{}, err
 	}
 	r := restarted{Restart: report.Restart{What: fmt.Sprintf("%s, restart %d", s.name, n), ReadySeconds: time.Since(t0).Seconds(), CPUSeconds: p.cpu().Seconds()}}
 	if rss, err := procstat.PeakRSSMiBOf(p.cmd.Process.Pid); err == nil {
 		r.PeakRSSMiB = rss
 	}
-	at, err := mon.ownsAgainAt(ctx, i, own, total, 10*time.Minute)
+	at, err := mon.ownsAgainAt(ctx, i, own, total, within)
 	if err != nil {
 		return restarted{}, err
 	}

@@ -90,11 +90,14 @@ type listedPod struct{ uid string }
 func (s *podStore) Transformer() cache.TransformFunc { return s.stream }
 
 // stream hands one pod of a watch-list to the sink at once and returns
-// what the reflector's temporary store keeps of it. The pods of a list not
-// yet complete are each at least as recent as what the sink had of them (a
-// watch-list's state is not older than the reflector's last), and the pods
-// a list does not have are forgotten only at its end, as they were when
-// the whole list was handed on there.
+// what the reflector's temporary store keeps of it. A watch-list's state
+// is not older than the reflector's last, so its pods come to the sink as
+// a watch's events would; the pods it does not have are forgotten only at
+// its end (Replace), as they were when the whole list was handed on there.
+// (A list that failed midway may have handed on pods newer than the one
+// retried, from another API server's snapshot: the watch that follows the
+// retried list brings them back up to date.) While a relist streams, every
+// node's counter keeps moving, so a node's rebuild waits for its end.
 func (s *podStore) stream(o any) (any, error) {
 	if l, ok := o.(*listedPod); ok {
 		return l, nil

@@ -157,7 +157,9 @@ func BenchmarkPodRelistHeap(b *testing.B) {
 	<-store.Done()
 	synced := liveHeap()
 	b.ResetTimer()
-	first.expire()
+	if !first.expire() {
+		b.Fatal("the reflector stopped the watch")
+	}
 	stream(second, "2")
 	relisted := <-sink.heaps
 	b.StopTimer()
@@ -176,8 +178,14 @@ func TestPodStoreHandsAWatchListsPodsOnAsTheyCome(t *testing.T) {
 	watches <- second
 	runPodReflector(t, store, watches)
 
-	first.add(cpuPod("a", "n0", "1"))
-	first.add(cpuPod("b", "", "1"))
+	send := func(ok bool) {
+		t.Helper()
+		if !ok {
+			t.Fatal("the reflector stopped the watch")
+		}
+	}
+	send(first.add(cpuPod("a", "n0", "1")))
+	send(first.add(cpuPod("b", "", "1")))
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		_, a := sink.task("uid-a")
 		_, b := sink.task("uid-b")
@@ -186,7 +194,7 @@ func TestPodStoreHandsAWatchListsPodsOnAsTheyCome(t *testing.T) {
 	if cache.IsDone(store) {
 		t.Fatal("synced before the watch-list's end")
 	}
-	first.endInitialEvents("5")
+	send(first.endInitialEvents("5"))
 	select {
 	case <-store.Done():
 	case <-time.After(30 * time.Second):
@@ -194,8 +202,8 @@ func TestPodStoreHandsAWatchListsPodsOnAsTheyCome(t *testing.T) {
 	}
 
 	// The watch expires; the relist changes a and leaves b out.
-	first.expire()
-	second.add(cpuPod("a", "n1", "2"))
+	send(first.expire())
+	send(second.add(cpuPod("a", "n1", "2")))
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		a, _ := sink.task("uid-a")
 		return a.NodeName == "n1"
@@ -203,7 +211,7 @@ func TestPodStoreHandsAWatchListsPodsOnAsTheyCome(t *testing.T) {
 	if _, ok := sink.task("uid-b"); !ok {
 		t.Fatal("b forgotten before the relist's end")
 	}
-	second.endInitialEvents("9")
+	send(second.endInitialEvents("9"))
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		_, ok := sink.task("uid-b")
 		return !ok
