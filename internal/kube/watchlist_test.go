@@ -101,6 +101,19 @@ func runPodReflector(tb testing.TB, store *podStore, watches <-chan *scriptedWat
 	})
 }
 
+// watchedTwice runs a pod store on sink under a reflector whose first two
+// watch-lists are the ones returned, for the test to send.
+func watchedTwice(tb testing.TB, sink Sink) (store *podStore, first, second *scriptedWatch) {
+	tb.Helper()
+	store = newPodStore(sink, storeTransform(newPodInterner()), func(string, error) {})
+	watches := make(chan *scriptedWatch, 2)
+	first, second = newScriptedWatch(), newScriptedWatch()
+	watches <- first
+	watches <- second
+	runPodReflector(tb, store, watches)
+	return store, first, second
+}
+
 func numberedPod(i int, rv string) *corev1.Pod {
 	p := cpuPod(fmt.Sprintf("pod-%06d", i), fmt.Sprintf("node-%03d", i%500), "1")
 	p.UID = types.UID(fmt.Sprintf("%08d-1111-2222-3333-444444444444", i))
@@ -136,12 +149,7 @@ func (s *heapSink) DeleteTasksExcept(keep func(string) bool) {
 func BenchmarkPodRelistHeap(b *testing.B) {
 	n := max(b.N, 1000)
 	sink := &heapSink{heaps: make(chan uint64, 2)}
-	store := newPodStore(sink, storeTransform(newPodInterner()), func(string, error) {})
-	watches := make(chan *scriptedWatch, 2)
-	first, second := newScriptedWatch(), newScriptedWatch()
-	watches <- first
-	watches <- second
-	runPodReflector(b, store, watches)
+	store, first, second := watchedTwice(b, sink)
 	stream := func(w *scriptedWatch, rv string) {
 		for i := range n {
 			if !w.add(numberedPod(i, rv)) {
@@ -171,12 +179,7 @@ func BenchmarkPodRelistHeap(b *testing.B) {
 // its end forgets what it did not list, and a relist is the same.
 func TestPodStoreHandsAWatchListsPodsOnAsTheyCome(t *testing.T) {
 	sink := &taskSink{}
-	store := newPodStore(sink, storeTransform(newPodInterner()), func(string, error) {})
-	watches := make(chan *scriptedWatch, 2)
-	first, second := newScriptedWatch(), newScriptedWatch()
-	watches <- first
-	watches <- second
-	runPodReflector(t, store, watches)
+	store, first, second := watchedTwice(t, sink)
 
 	send := func(ok bool) {
 		t.Helper()
