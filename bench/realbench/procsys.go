@@ -229,8 +229,8 @@ type restarted struct {
 // after the start its /readyz answered and it owned again as many keys as
 // it did before it stopped (every one of total keys owned by some shard),
 // each within the bound given (the first start's: the restarted shard
-// lists every pod while the others watch them), and the steps of its start as it exported them
-// (shardsched_startup_step_end_seconds). With a
+// lists every pod while the others watch them), and the steps of its
+// start as it exported them (shardsched_startup_step_end_seconds). With a
 // profile path it also takes a CPU profile of the shard's first
 // profileSeconds (from its /healthz answering: the shard serves its
 // endpoints before it lists the cluster).
