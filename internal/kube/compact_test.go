@@ -468,16 +468,13 @@ func TestStoredNodeIsItsNode(t *testing.T) {
 func reportRetained(b *testing.B, n int, unit string, build func(i int) any) {
 	b.Helper()
 	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
+		before := liveHeap()
 		keep := make([]any, n)
 		for i := range keep {
 			keep[i] = build(i)
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), unit)
+		after := liveHeap()
+		b.ReportMetric(float64(after-before)/float64(n), unit)
 		runtime.KeepAlive(keep)
 	}
 }

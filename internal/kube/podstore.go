@@ -102,13 +102,10 @@ func (s *podStore) stream(o any) (any, error) {
 	if l, ok := o.(*listedPod); ok {
 		return l, nil
 	}
-	p, err := s.stored(o)
+	p, err := s.take(o)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.put(p)
 	return &listedPod{uid: string(p.uid)}, nil
 }
 
@@ -141,14 +138,20 @@ func (s *podStore) put(p *storedPod) {
 }
 
 func (s *podStore) Add(o any) error {
+	_, err := s.take(o)
+	return err
+}
+
+// take converts one pod and hands it to the sink, and returns it.
+func (s *podStore) take(o any) (*storedPod, error) {
 	p, err := s.stored(o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.put(p)
-	return nil
+	return p, nil
 }
 
 func (s *podStore) Update(o any) error { return s.Add(o) }

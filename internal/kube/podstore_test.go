@@ -208,21 +208,11 @@ func BenchmarkSourceHeapPerPod(b *testing.B) {
 	n := max(b.N, 1000)
 	objs := make([]k8sruntime.Object, 0, n)
 	for i := range n {
-		p := cpuPod(fmt.Sprintf("pod-%06d", i), fmt.Sprintf("node-%03d", i%500), "1")
-		p.UID = types.UID(fmt.Sprintf("%08d-1111-2222-3333-444444444444", i))
-		p.ResourceVersion = fmt.Sprint(1000 + i)
-		p.Labels = map[string]string{"app": "bench"}
-		objs = append(objs, p)
+		objs = append(objs, numberedPod(i, fmt.Sprint(1000+i)))
 	}
 	cs := kfake.NewSimpleClientset(objs...)
 	sink := &taskSink{}
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := liveHeap()
 	ctx, cancel := context.WithCancel(context.Background())
 	src := NewSource(cs, vfake.NewSimpleClientset(), sink, nil, nil)
 	b.ResetTimer()
@@ -230,7 +220,7 @@ func BenchmarkSourceHeapPerPod(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	after := heap()
+	after := liveHeap()
 	b.ReportMetric(float64(int64(after)-int64(before))/float64(n), "B/pod")
 	runtime.KeepAlive(src)
 	runtime.KeepAlive(cs)

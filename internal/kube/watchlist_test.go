@@ -114,6 +114,7 @@ func watchedTwice(tb testing.TB, sink Sink) (store *podStore, first, second *scr
 	return store, first, second
 }
 
+// numberedPod is the i-th pod of a bench's cluster, at resource version rv.
 func numberedPod(i int, rv string) *corev1.Pod {
 	p := cpuPod(fmt.Sprintf("pod-%06d", i), fmt.Sprintf("node-%03d", i%500), "1")
 	p.UID = types.UID(fmt.Sprintf("%08d-1111-2222-3333-444444444444", i))
@@ -129,6 +130,7 @@ type heapSink struct {
 	heaps chan uint64
 }
 
+// liveHeap is the heap in use after a full collection.
 func liveHeap() uint64 {
 	runtime.GC()
 	var m runtime.MemStats
