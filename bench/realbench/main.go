@@ -523,12 +523,23 @@ func run(o options) error {
 	if o.out != "" {
 		fmt.Fprintf(os.Stderr, "report written to %s\n", o.out)
 	}
+	return outcome(results, append(chaosRuns, faultRuns...))
+}
+
+// outcome is what the command ends with once every run's figures are out:
+// an error for the first run that broke an invariant (a pod bound twice or
+// a node double-booked in any mode; in chaos and fault runs also an
+// admitted job lost) or whose restart was not timed, else nil.
+func outcome(results []result, others []report.Run) error {
 	for _, r := range results {
+		if r.boundTwice != 0 || r.doubleBooked != 0 {
+			return fmt.Errorf("%s, %s mode broke an invariant: %d pods bound twice, %d nodes double-booked", r.sys.name, r.mode, r.boundTwice, r.doubleBooked)
+		}
 		if rs, ok := report.NotTimed(r.restarts); ok {
 			return fmt.Errorf("%s, %s mode: %s not timed: %s", r.sys.name, r.mode, rs.What, rs.Error)
 		}
 	}
-	for _, r := range append(chaosRuns, faultRuns...) {
+	for _, r := range others {
 		if r.Failed() {
 			return fmt.Errorf("%s broke an invariant: %v", r.Name, r.Invariants)
 		}

@@ -221,3 +221,66 @@ func TestRateMissExplainedFromTheCPUPerPod(t *testing.T) {
 		t.Errorf("without the CPU figures: %q, want the general reason", got)
 	}
 }
+
+// The command fails when any run broke an invariant, stream and backlog
+// runs as well as chaos and fault runs, or a restart was not timed; runs
+// that kept every invariant end it with nil.
+func TestOutcomeFailsOnAnyRunsBrokenInvariant(t *testing.T) {
+	shard := sysSpec{name: "shardsched-proc-1", shards: 1}
+	clean := result{mode: modeStream, sys: shard, pods: 100}
+	kept := report.Run{Name: "chaos/1", Invariants: map[string]int64{invBoundTwice: 0}}
+	for _, c := range []struct {
+		name    string
+		results []result
+		others  []report.Run
+		want    string // in the error; "" for nil
+	}{
+		{name: "every invariant kept", results: []result{clean, clean}, others: []report.Run{kept}},
+		{name: "a stream run bound a pod twice",
+			results: []result{clean, {mode: modeStream, sys: shard, boundTwice: 2}},
+			want:    "shardsched-proc-1, stream mode broke an invariant: 2 pods bound twice, 0 nodes double-booked"},
+		{name: "a backlog run double-booked a node",
+			results: []result{{mode: modeBacklog, sys: shard, doubleBooked: 1}},
+			want:    "backlog mode broke an invariant: 0 pods bound twice, 1 nodes double-booked"},
+		{name: "a restart not timed",
+			results: []result{{mode: modeRestart, sys: shard, restarts: []report.Restart{{What: "shard-0, restart 1", Error: "no /readyz"}}}},
+			want:    "shard-0, restart 1 not timed: no /readyz"},
+		{name: "a chaos run lost an admitted job",
+			results: []result{clean},
+			others:  []report.Run{kept, {Name: "chaos/2", Chaos: &report.Chaos{AdmittedJobsLost: 1}}},
+			want:    "chaos/2 broke an invariant"},
+		{name: "a fault run double-booked a node",
+			others: []report.Run{{Name: "faults/etcd-stall", Invariants: map[string]int64{invDoubleBooked: 3}}},
+			want:   "faults/etcd-stall broke an invariant"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := outcome(c.results, c.others)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("outcome = %v, want nil", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("outcome = %v, want an error with %q", err, c.want)
+			}
+		})
+	}
+}
+
+// A start of n shard processes is given shardReadyWithin and a minute more
+// per 60,000 pods listed over the n of them, whole minutes only.
+func TestProcReadyWithinGrowsWithThePodsListed(t *testing.T) {
+	for _, c := range []struct {
+		pods, n int
+		want    time.Duration
+	}{
+		{pods: 0, n: 8, want: shardReadyWithin},
+		{pods: 59_999, n: 1, want: shardReadyWithin},
+		{pods: 60_000, n: 1, want: shardReadyWithin + time.Minute},
+		{pods: 20_000, n: 3, want: shardReadyWithin + time.Minute},
+		{pods: 250_000, n: 1, want: shardReadyWithin + 4*time.Minute},
+		{pods: 250_000, n: 8, want: shardReadyWithin + 33*time.Minute},
+	} {
+		if got := procReadyWithin(c.pods, c.n); got != c.want {
+			t.Errorf("procReadyWithin(%d, %d) = %v, want %v", c.pods, c.n, got, c.want)
+		}
+	}
+}
