@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/shardsched/shardsched/internal/ctl"
+	"github.com/shardsched/shardsched/internal/ctl/cli"
 	"github.com/shardsched/shardsched/internal/kube"
 	"github.com/shardsched/shardsched/internal/testenv"
 )
@@ -40,7 +41,7 @@ func (ev *env) kubectl(args ...string) (string, error) {
 		ev.t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	cmd := ctl.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd := cli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	base := []string{"--kubeconfig", path, "-n", ev.ns, "--scheduler-name", schedName}
 	if ev.asUser != "" {
 		base = append(base, "--as", ev.asUser)

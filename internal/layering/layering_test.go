@@ -46,6 +46,8 @@ func rules() []rule {
 			why: "the quota ledger and its server: neither shards nor caches"},
 		{pkg: "shard", forbidden: []string{"coordinator", "cache", "scheduler", "status", "placement"}, outside: clientGo,
 			why: "membership and ownership: nothing of scheduling"},
+		{pkg: "cmd/shardsched", forbidden: []string{"internal/ctl/cli"}, outside: []string{"k8s.io/cli-runtime/", "github.com/spf13/cobra", "sigs.k8s.io/kustomize/"},
+			why: "the daemon links the kubectl plugin's views, not its command-line machinery"},
 	}
 }
 
@@ -101,7 +103,8 @@ func TestLayers(t *testing.T) {
 
 // The check reports a broken layer: the scheduler linking etcd and the
 // shard package, the API importing a package of ours, the coordinator
-// importing the cache; and passes what is allowed.
+// importing the cache, the daemon linking the kubectl plugin's command
+// tree; and passes what is allowed.
 func TestCheckReportsBrokenLayers(t *testing.T) {
 	byPkg := map[string]rule{}
 	for _, r := range rules() {
@@ -117,6 +120,8 @@ func TestCheckReportsBrokenLayers(t *testing.T) {
 		{"api", []string{module + "/api", module + "/wire"}, 1},
 		{"coordinator", []string{module + "/coordinator", module + "/api", module + "/cache", "go.etcd.io/etcd/client/v3"}, 1},
 		{"shard", []string{module + "/shard", "k8s.io/client-go/kubernetes"}, 1},
+		{"cmd/shardsched", []string{module + "/cmd/shardsched", module + "/internal/ctl", module + "/internal/ctl/cli", "github.com/spf13/cobra", "k8s.io/cli-runtime/pkg/genericclioptions"}, 3},
+		{"cmd/shardsched", []string{module + "/cmd/shardsched", module + "/internal/ctl", "k8s.io/client-go/kubernetes"}, 0},
 	}
 	for _, c := range cases {
 		if got := check(byPkg[c.pkg], c.deps); len(got) != c.want {

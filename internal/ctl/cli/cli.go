@@ -1,4 +1,9 @@
-package ctl
+// Package cli is the kubectl plugin's command tree (kubectl shardsched
+// explain|queues|shards|top|version) over package ctl. It is a package of
+// its own so that the daemon, which serves ctl's views in its web page,
+// does not link the plugin's command-line machinery (cobra, cli-runtime and
+// what they bring: kustomize, OpenAPI models).
+package cli
 
 import (
 	"context"
@@ -16,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
+	"github.com/shardsched/shardsched/internal/ctl"
 	"github.com/shardsched/shardsched/internal/kube"
 	"github.com/shardsched/shardsched/internal/version"
 )
@@ -28,20 +34,20 @@ type options struct {
 	streams       genericiooptions.IOStreams
 }
 
-func (o *options) client() (Client, error) {
+func (o *options) client() (ctl.Client, error) {
 	cfg, err := o.kube.ToRESTConfig()
 	if err != nil {
-		return Client{}, err
+		return ctl.Client{}, err
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return Client{}, err
+		return ctl.Client{}, err
 	}
 	vc, err := volcano.NewForConfig(cfg)
 	if err != nil {
-		return Client{}, err
+		return ctl.Client{}, err
 	}
-	return Client{CS: cs, VC: vc}, nil
+	return ctl.Client{CS: cs, VC: vc}, nil
 }
 
 func (o *options) namespace() (string, error) {
@@ -150,11 +156,11 @@ func explainCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, err := Explain(w, ExplainOptions{Kind: kind, Namespace: ns, Name: args[1], SchedulerName: o.schedulerName, Now: time.Now()})
+			e, err := ctl.Explain(w, ctl.ExplainOptions{Kind: kind, Namespace: ns, Name: args[1], SchedulerName: o.schedulerName, Now: time.Now()})
 			if err != nil {
 				return err
 			}
-			return o.print(e, func(out io.Writer) error { return WriteExplanation(out, e) })
+			return o.print(e, func(out io.Writer) error { return ctl.WriteExplanation(out, e) })
 		},
 	}
 }
@@ -182,8 +188,8 @@ func queuesCommand(o *options) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				rows := QueueTree(qs)
-				return o.print(rows, func(out io.Writer) error { return WriteQueues(out, rows) })
+				rows := ctl.QueueTree(qs)
+				return o.print(rows, func(out io.Writer) error { return ctl.WriteQueues(out, rows) })
 			}
 			if !watch {
 				return show(cmd.Context())
@@ -230,8 +236,8 @@ func shardsCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			SortShards(rs)
-			return o.print(rs, func(out io.Writer) error { return WriteShards(out, rs, now) })
+			ctl.SortShards(rs)
+			return o.print(rs, func(out io.Writer) error { return ctl.WriteShards(out, rs, now) })
 		},
 	}
 	cmd.Flags().StringVar(&ns, "shards-namespace", "shardsched", "namespace the shards run in (their status Leases are there)")
@@ -260,8 +266,8 @@ func topCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t := MakeTop(w, time.Now(), n, window)
-			return o.print(t, func(out io.Writer) error { return WriteTop(out, t) })
+			t := ctl.MakeTop(w, time.Now(), n, window)
+			return o.print(t, func(out io.Writer) error { return ctl.WriteTop(out, t) })
 		},
 	}
 	cmd.Flags().IntVar(&n, "rows", 10, "rows per list")
