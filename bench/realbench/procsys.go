@@ -174,6 +174,16 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 			}
 			f.notes = append(f.notes, fmt.Sprintf("restart warm-up: %s stopped (SIGTERM) and started again %d times with the run's %d pods in the cluster; the baseline is kube-scheduler started cold against the same cluster, timed to its /readyz (its handlers synced)",
 				shards[0].name, len(f.restarts), run.pods))
+			// The other shards ran on through the restarts, holding the
+			// restarted one's keys while it was down: their peaks over
+			// the whole run, which the notes above do not cover.
+			var peaks []string
+			for _, s := range shards {
+				if rss, err := procstat.PeakRSSMiBOf(s.proc.cmd.Process.Pid); err == nil {
+					peaks = append(peaks, fmt.Sprintf("%s %.0f", s.name, rss))
+				}
+			}
+			f.notes = append(f.notes, fmt.Sprintf("peak RSS over the whole run, MiB (%s: its last process): %s", shards[0].name, strings.Join(peaks, ", ")))
 			cold, err := kubeSchedulerColdStart(ctx, env, run)
 			if err != nil {
 				f.notes = append(f.notes, "restart baseline: "+err.Error())
