@@ -179,6 +179,47 @@ func TestHelmChartExtraArgs(t *testing.T) {
 	}
 }
 
+// GOMEMLIMIT is the container's memory limit unless goMemLimit gives a
+// size of its own; a size Go would not read is refused at render time.
+func TestHelmChartGoMemLimit(t *testing.T) {
+	goMemLimit := func(args ...string) (corev1.EnvVar, error) {
+		objs, err := helmTemplate(t, namespace, args...)
+		if err != nil {
+			return corev1.EnvVar{}, err
+		}
+		sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
+		for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "GOMEMLIMIT" {
+				return e, nil
+			}
+		}
+		t.Fatalf("helm template %v: no GOMEMLIMIT in the shard's env", args)
+		return corev1.EnvVar{}, nil
+	}
+	e, err := goMemLimit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil || e.ValueFrom.ResourceFieldRef.Resource != "limits.memory" {
+		t.Errorf("by default GOMEMLIMIT = %+v, want the container's limits.memory", e)
+	}
+	for _, v := range []string{"400MiB", "419430400"} {
+		e, err := goMemLimit("--set", "goMemLimit="+v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Value != v || e.ValueFrom != nil {
+			t.Errorf("goMemLimit=%s: GOMEMLIMIT = %+v, want the value %s", v, e, v)
+		}
+	}
+	for _, bad := range []string{"400Mi", "-1MiB", "0", "4.5GiB"} {
+		_, err := goMemLimit("--set", "goMemLimit="+bad)
+		if err == nil || !strings.Contains(err.Error(), "is not a size Go reads") {
+			t.Errorf("goMemLimit=%s: %v, want an error saying it is not a size Go reads", bad, err)
+		}
+	}
+}
+
 func TestHelmChartExternalEtcd(t *testing.T) {
 	objs, err := helmTemplate(t, namespace, "-f", externalEtcdChart)
 	if err != nil {
