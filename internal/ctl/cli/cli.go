@@ -95,6 +95,8 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every subcommand prints with -o: checked once, before any runs.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return o.checkOutput() },
 	}
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
@@ -132,9 +134,6 @@ func explainCommand(o *options) *cobra.Command {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.checkOutput(); err != nil {
-				return err
-			}
 			kind := strings.ToLower(args[0])
 			switch kind {
 			case "pod", "pods", "po":
@@ -173,9 +172,6 @@ func queuesCommand(o *options) *cobra.Command {
 		Short: "Show the queue tree: capability, deserved, guarantee, allocated and jobs per queue",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.checkOutput(); err != nil {
-				return err
-			}
 			if interval <= 0 {
 				return fmt.Errorf("--interval %s: must be positive", interval)
 			}
@@ -224,9 +220,6 @@ func shardsCommand(o *options) *cobra.Command {
 		Short: "Show the shards: up or stale, coordinator leader, partitions and queues held, binds/s, ownership changes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.checkOutput(); err != nil {
-				return err
-			}
 			c, err := o.client()
 			if err != nil {
 				return err
@@ -252,9 +245,6 @@ func topCommand(o *options) *cobra.Command {
 		Short: "Show the busiest queues, the jobs slowest from creation to bound, and those waiting longest",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.checkOutput(); err != nil {
-				return err
-			}
 			if n < 1 || window <= 0 {
 				return fmt.Errorf("--rows %d and --window %s: both must be positive", n, window)
 			}
