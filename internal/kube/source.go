@@ -14,10 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	schedlisters "k8s.io/client-go/listers/scheduling/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/consistencydetector"
+	"k8s.io/client-go/util/watchlist"
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 	vinformers "volcano.sh/apis/pkg/client/informers/externalversions"
@@ -83,6 +86,10 @@ type Source struct {
 	listNode func(node string) ([]api.Task, error)
 	podRefl  *cache.Reflector
 	podsRun  sync.WaitGroup
+	// watchList is whether the client lets informers take their initial
+	// state as a watch-list (false under ListFirst; client-go's
+	// WatchListClient feature decides too).
+	watchList bool
 	// regErr is why a handler could not be added (Start returns it).
 	regErr error
 }
@@ -116,6 +123,17 @@ type listFirst struct{ kubernetes.Interface }
 
 func (listFirst) IsWatchListSemanticsUnSupported() bool { return true }
 
+// errWatchListDetector is Start's refusal to run with client-go's
+// watch-list consistency check on. That check, a switch for client-go's own
+// CI, lists every object again after each watch-list, runs the list through
+// the informer's transform a second time and panics when what it gets is
+// not a Kubernetes object; the pod store's transform hands each pod to the
+// cache and keeps only its UID, so the check would deliver every pod twice
+// and then stop the process.
+var errWatchListDetector = errors.New("KUBE_WATCHLIST_INCONSISTENCY_DETECTOR is set: client-go's watch-list consistency check " +
+	"(a switch for client-go's own tests, which panics by design) cannot run on shardsched's pod store, which keeps no pods; " +
+	"unset it, or run with --informer-list-first (or KUBE_FEATURE_WatchListClient=false)")
+
 // NewSource builds the informers; Start runs them. onQueues may be nil.
 func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueues OnQueues, log *slog.Logger) *Source {
 	if log == nil {
@@ -124,8 +142,9 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	transform := storeTransform(newPodInterner())
 	s := &Source{
 		log: log, sink: sink, onQueues: onQueues,
-		core: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(transform)),
-		vol:  vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
+		watchList: !watchlist.DoesClientNotSupportWatchListSemantics(cs),
+		core:      informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(transform)),
+		vol:       vinformers.NewSharedInformerFactoryWithOptions(vc, 0, vinformers.WithTransform(stripManagedFields)),
 	}
 	// The pods are followed by a reflector into the sink (podstore.go),
 	// not by an informer that would keep them all a second time.
@@ -192,6 +211,10 @@ const syncReportEvery = 30 * time.Second
 func (s *Source) Start(ctx context.Context) error {
 	if s.regErr != nil {
 		return s.regErr
+	}
+	if s.watchList && clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) &&
+		consistencydetector.IsDataConsistencyDetectionForWatchListEnabled() {
+		return errWatchListDetector
 	}
 	s.core.Start(ctx.Done())
 	s.vol.Start(ctx.Done())

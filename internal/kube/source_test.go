@@ -17,7 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
+	"k8s.io/client-go/kubernetes"
 	kfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/util/consistencydetector"
 	vfake "volcano.sh/apis/pkg/client/clientset/versioned/fake"
 
 	"github.com/shardsched/shardsched/api"
@@ -269,5 +273,46 @@ func TestSourceFollowsPodsThroughStoredTasks(t *testing.T) {
 	deleted(t, &sink.nodes, "n0", []string{"node-n0"}, func() error { return cs.CoreV1().Nodes().Delete(ctx, "n0", metav1.DeleteOptions{}) })
 	if src.NodeState("n0", func(n api.Node, _ []api.Task) { t.Errorf("a deleted node's state told: %+v", n) }) {
 		t.Error("NodeState of a deleted node returned true")
+	}
+}
+
+// watchListClient is a fake clientset that says it supports watch-lists
+// (client-go's fakes say they do not), as a real API server's client does.
+type watchListClient struct{ *kfake.Clientset }
+
+func (watchListClient) IsWatchListSemanticsUnSupported() bool { return false }
+
+// With client-go's watch-list consistency check switched on
+// (KUBE_WATCHLIST_INCONSISTENCY_DETECTOR), which would run every pod through
+// the pod store's transform a second time and then panic on what it keeps,
+// Start fails at once naming the variable and the ways out. Informers that
+// list first, or a client-go with watch-lists off, never run the check, so
+// Start goes on. (The package's TestMain turns watch-lists off.)
+func TestSourceStartRefusesClientGosWatchListCheck(t *testing.T) {
+	defer consistencydetector.SetDataConsistencyDetectionForWatchListEnabledForTest(true)()
+	start := func(cs kubernetes.Interface) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		src := NewSource(cs, vfake.NewSimpleClientset(), nopSink{}, nil, nil)
+		err := src.Start(ctx)
+		cancel() // the informers run until their context ends
+		src.Shutdown()
+		return err
+	}
+
+	// client-go's watch-lists off: Start lists and returns.
+	if err := start(watchListClient{kfake.NewSimpleClientset()}); err != nil {
+		t.Fatalf("Start with the check on and client-go's watch-lists off = %v, want nil", err)
+	}
+
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, true)
+	err := start(watchListClient{kfake.NewSimpleClientset()})
+	if !errors.Is(err, errWatchListDetector) || !strings.Contains(err.Error(), "KUBE_WATCHLIST_INCONSISTENCY_DETECTOR") || !strings.Contains(err.Error(), "--informer-list-first") {
+		t.Fatalf("Start with the check on and watch-lists = %v, want an error naming KUBE_WATCHLIST_INCONSISTENCY_DETECTOR and --informer-list-first", err)
+	}
+	// Listing first, Start goes on to wait for the informers (Volcano's
+	// fake never ends a watch-list, so it waits until its context ends).
+	if err := start(ListFirst(watchListClient{kfake.NewSimpleClientset()})); errors.Is(err, errWatchListDetector) {
+		t.Fatalf("Start with the check on and the informers listing first = %v, want it not refused", err)
 	}
 }
