@@ -157,6 +157,8 @@ type options struct {
 	chaosShards   int
 	shardschedBin string
 	dumpMetrics   bool
+	// apiRequestTimeout is kube-apiserver's --request-timeout (0: its default).
+	apiRequestTimeout time.Duration
 	// faults mode
 	fault faultOptions
 	// shape is every kwok node's; workload is nil without -workload.
@@ -208,6 +210,7 @@ func main() {
 	flag.IntVar(&o.restarts, "restarts", 1, "shardsched-proc-N: times shard-0 is restarted once a run's pods are bound, each timed (1..10); a kube-scheduler is then started cold beside it as the baseline")
 	flag.IntVar(&o.profileSeconds, "shard-cpuprofile-seconds", 0, "shardsched-proc-N: take a CPU profile of each shard process over this many seconds from the clock's start, into -out (0: none; at most 600)")
 	flag.IntVar(&o.apiProfileSeconds, "apiserver-cpuprofile-seconds", 0, "stream runs: take a CPU profile of kube-apiserver over this many seconds from each run's clock start, into -out (0: none; at most 600)")
+	flag.DurationVar(&o.apiRequestTimeout, "apiserver-request-timeout", 0, "kube-apiserver's --request-timeout (0: its default, 60s; else 1s..1h); it keeps max(75s, this + 15s) of watch history, which a pod watch must resume within after a list of every pod")
 	flag.BoolVar(&o.dumpMetrics, "dump-metrics", false, "print each shard's shardsched_* metrics to stderr when its run ends")
 	flag.Parse()
 	o.fault.scenarios = splitList(*faultScenarioList)
@@ -275,6 +278,8 @@ func (o *options) parse(modes, systems string) error {
 		return errors.New("-apiserver-cpuprofile-seconds: needs -out, where the profiles are written")
 	case !(o.quiet.below >= 0 && o.quiet.below <= 1024):
 		return fmt.Errorf("-quiet-below=%g: must be 0..1024 cores", o.quiet.below)
+	case o.apiRequestTimeout != 0 && (o.apiRequestTimeout < time.Second || o.apiRequestTimeout > time.Hour):
+		return fmt.Errorf("-apiserver-request-timeout=%s: must be 0 (kube-apiserver's default) or 1s..1h", o.apiRequestTimeout)
 	case o.quiet.max < time.Second || o.quiet.max > 10*time.Minute:
 		return fmt.Errorf("-quiet-max=%s: must be 1s..10m", o.quiet.max)
 	case o.idleWindow < 0 || o.idleWindow > time.Minute:
@@ -389,7 +394,7 @@ func run(o options) error {
 		shardschedBin = bin
 	}
 	fmt.Fprintf(os.Stderr, "starting the control plane and %d kwok nodes...\n", o.nodes)
-	cp, err := cluster.Start(ctx, cluster.Config{Kwok: true, CRDs: crds})
+	cp, err := cluster.Start(ctx, cluster.Config{Kwok: true, CRDs: crds, APIServerRequestTimeout: o.apiRequestTimeout})
 	if err != nil {
 		return err
 	}

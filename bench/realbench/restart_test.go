@@ -93,3 +93,27 @@ func TestRestartModeOptions(t *testing.T) {
 		}
 	}
 }
+
+// -apiserver-request-timeout is 0 (kube-apiserver's default) or 1s..1h;
+// anything else is refused naming the flag and its value.
+func TestAPIServerRequestTimeoutOption(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string // "" when accepted
+	}{
+		{0, ""}, {time.Second, ""}, {10 * time.Minute, ""}, {time.Hour, ""},
+		{500 * time.Millisecond, "-apiserver-request-timeout=500ms"},
+		{-time.Second, "-apiserver-request-timeout=-1s"},
+		{2 * time.Hour, "-apiserver-request-timeout=2h0m0s"},
+	} {
+		o := validOptions()
+		o.apiRequestTimeout = c.d
+		err := o.parse("stream", "binder")
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.d, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want an error naming %q", c.d, err, c.want)
+		}
+	}
+}

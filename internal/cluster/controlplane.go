@@ -36,6 +36,10 @@ type Config struct {
 	CRDs [][]byte
 	// StartTimeout bounds the start of each component (default 60 s).
 	StartTimeout time.Duration
+	// APIServerRequestTimeout is kube-apiserver's --request-timeout (0: its
+	// default, 60 s). kube-apiserver keeps max(75 s, it + 15 s) of watch
+	// history, so a watch can resume only after a list shorter than that.
+	APIServerRequestTimeout time.Duration
 }
 
 // ControlPlane is a running local control plane.
@@ -119,22 +123,25 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 		return cp, err
 	}
 	cp.Host = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	api, err := startProcess("kube-apiserver", cp.Dir, bins.KubeAPIServer,
-		"--etcd-servers="+etcdURL,
+	apiArgs := []string{"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", apiPort),
-		"--cert-dir="+filepath.Join(cp.Dir, "certs"),
+		"--cert-dir=" + filepath.Join(cp.Dir, "certs"),
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+saPub,
-		"--service-account-signing-key-file="+saKey,
-		"--token-auth-file="+tokens,
+		"--service-account-key-file=" + saPub,
+		"--service-account-signing-key-file=" + saKey,
+		"--token-auth-file=" + tokens,
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition", // no node-lifecycle controller runs to lift the not-ready taint from kwok nodes
 		"--endpoint-reconciler-type=none",
 		"--max-requests-inflight=4000", "--max-mutating-requests-inflight=2000",
 		"--enable-priority-and-fairness=false",
-		"--v=0")
+		"--v=0"}
+	if cfg.APIServerRequestTimeout > 0 {
+		apiArgs = append(apiArgs, "--request-timeout="+cfg.APIServerRequestTimeout.String())
+	}
+	api, err := startProcess("kube-apiserver", cp.Dir, bins.KubeAPIServer, apiArgs...)
 	if err != nil {
 		return cp, err
 	}

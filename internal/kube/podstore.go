@@ -51,8 +51,11 @@ type podStore struct {
 	// onBad reports a pod that could not be converted.
 	onBad func(key string, err error)
 	// relisted, when set, is told of every list after the first (a relist
-	// of every pod: the watch could not resume) and how many it listed.
-	relisted func(pods int)
+	// of every pod: the watch could not resume), how many it listed and
+	// how long it took from its request (0 if not known).
+	relisted func(pods int, took time.Duration)
+	// now is the clock the lists are timed by.
+	now func() time.Time
 
 	// mu orders the events and a rebuild (applyIfQuiet).
 	mu sync.Mutex
@@ -60,6 +63,9 @@ type podStore struct {
 	// and every relist: a rebuild from a list of a node's pods is applied
 	// only if its counter did not move while the list was read.
 	touched [nodeSlots]uint64
+	// listStart is when the last list or watch-list of every pod was
+	// requested (listing).
+	listStart time.Time
 	// synced is closed once the first list has been handed to the sink.
 	synced     chan struct{}
 	syncedOnce sync.Once
@@ -71,7 +77,15 @@ var (
 )
 
 func newPodStore(sink Sink, transform cache.TransformFunc, onBad func(string, error)) *podStore {
-	return &podStore{sink: sink, transform: transform, onBad: onBad, synced: make(chan struct{})}
+	return &podStore{sink: sink, transform: transform, onBad: onBad, now: time.Now, synced: make(chan struct{})}
+}
+
+// listing marks the request of a list, or a watch-list, of every pod (the
+// pods' ListerWatcher calls it), from which Replace times the list.
+func (s *podStore) listing() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listStart = s.now()
 }
 
 // listedPod is what the reflector's temporary store keeps of each pod a
@@ -214,7 +228,13 @@ func (s *podStore) applyIfQuiet(node string, seen uint64, f func()) bool {
 // streamed) is handed to the sink. The first one marks the store synced.
 func (s *podStore) Replace(list []any, _ string) error {
 	if s.relisted != nil && cache.IsDone(s) {
-		s.relisted(len(list))
+		s.mu.Lock()
+		var took time.Duration
+		if !s.listStart.IsZero() {
+			took = s.now().Sub(s.listStart)
+		}
+		s.mu.Unlock()
+		s.relisted(len(list), took)
 	}
 	listed := make(map[string]struct{}, len(list))
 	var pods []*storedPod
@@ -256,12 +276,16 @@ func (s *podStore) Done() <-chan struct{} { return s.synced }
 
 // podListWatch lists and watches every pod through cs, with the
 // watch-list semantics cs supports (ListFirst).
-func podListWatch(cs kubernetes.Interface) cache.ListerWatcher {
+func podListWatch(cs kubernetes.Interface, listing func()) cache.ListerWatcher {
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			listing()
 			return cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+				listing() // a watch-list
+			}
 			return cs.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, opts)
 		},
 	}, cs)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func TestPodStoreRelistDeletesThePodsItNoLongerLists(t *testing.T) {
 	var bad []string
 	s := newPodStore(sink, storeTransform(newPodInterner()), func(key string, err error) { bad = append(bad, key) })
 	var relists []int
-	s.relisted = func(pods int) { relists = append(relists, pods) }
+	s.relisted = func(pods int, _ time.Duration) { relists = append(relists, pods) }
 	if cache.IsDone(s) {
 		t.Fatal("synced before any list")
 	}
@@ -284,5 +285,57 @@ func TestNodeStateListsAgainWhenTheNodesPodsChangedMeanwhile(t *testing.T) {
 	}
 	if src.NodeState("n0", func(api.Node, []api.Task) { t.Error("a rebuild applied from a list its node's pods overtook") }) || lists != rebuildTries {
 		t.Errorf("NodeState(n0) with its pods changing during every list: %d lists, want false after %d", lists, rebuildTries)
+	}
+}
+
+// A relist is timed from the request of the list that ended in it (the
+// pods' ListerWatcher marks it), so that the warning can say when a list
+// took longer than the API server keeps watch history; the first list is
+// not a relist, and a relist whose request was never marked is told as 0.
+func TestPodStoreTimesEachRelistFromItsRequest(t *testing.T) {
+	at := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+	s := newPodStore(&taskSink{}, storeTransform(newPodInterner()), func(string, error) {})
+	s.now = func() time.Time { return at }
+	type relist struct {
+		pods int
+		took time.Duration
+	}
+	var got []relist
+	s.relisted = func(pods int, took time.Duration) { got = append(got, relist{pods, took}) }
+
+	if err := s.Replace([]any{cpuPod("a", "n0", "1")}, "1"); err != nil { // unmarked first list
+		t.Fatal(err)
+	}
+	if err := s.Replace([]any{cpuPod("a", "n0", "1")}, "2"); err != nil { // unmarked relist
+		t.Fatal(err)
+	}
+	s.listing()
+	at = at.Add(6 * time.Minute)
+	if err := s.Replace([]any{cpuPod("a", "n0", "1"), cpuPod("b", "n0", "1")}, "3"); err != nil {
+		t.Fatal(err)
+	}
+	at = at.Add(time.Minute)
+	s.listing() // a list retried: timed from the retry
+	at = at.Add(20 * time.Second)
+	if err := s.Replace([]any{cpuPod("b", "n0", "1")}, "4"); err != nil {
+		t.Fatal(err)
+	}
+	want := []relist{{1, 0}, {2, 6 * time.Minute}, {1, 20 * time.Second}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("relists told %v, want %v", got, want)
+	}
+}
+
+// The warning's hint names the API server's watch history and
+// --request-timeout only for a list longer than that history.
+func TestRelistHintNamesTheWatchHistoryOnlyForALongList(t *testing.T) {
+	for _, c := range []struct {
+		took time.Duration
+		long bool
+	}{{0, false}, {20 * time.Second, false}, {75 * time.Second, false}, {76 * time.Second, true}, {6 * time.Minute, true}} {
+		h := relistHint(c.took)
+		if got := strings.Contains(h, "--request-timeout"); got != c.long {
+			t.Errorf("relistHint(%v) = %q: names --request-timeout %v, want %v", c.took, h, got, c.long)
+		}
 	}
 }

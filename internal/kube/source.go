@@ -149,16 +149,16 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 	// The pods are followed by a reflector into the sink (podstore.go),
 	// not by an informer that would keep them all a second time.
 	s.pods = newPodStore(sink, transform, func(key string, err error) { s.bad("pod", key, err) })
-	s.pods.relisted = func(pods int) {
+	s.pods.relisted = func(pods int, took time.Duration) {
 		// client-go logs why a watch ended only at high verbosity; a
 		// relist of every pod is what an operator of a large cluster
 		// needs to see (each one decodes every pod again, on the shard and
 		// on the API server).
 		log.Warn("listed every pod again: the pod watch could not resume", "pods", pods,
-			"hint", "the watch fell behind the API server's history or was dropped by it; see the API server's load")
+			"took", took.Round(time.Second), "hint", relistHint(took))
 	}
 	s.listNode = func(node string) ([]api.Task, error) { return nodeTasks(context.Background(), cs, transform, node) }
-	s.podRefl = cache.NewReflectorWithOptions(podListWatch(cs), &corev1.Pod{}, s.pods, cache.ReflectorOptions{Name: "pods", TypeDescription: "*v1.Pod"})
+	s.podRefl = cache.NewReflectorWithOptions(podListWatch(cs, s.pods.listing), &corev1.Pod{}, s.pods, cache.ReflectorOptions{Name: "pods", TypeDescription: "*v1.Pod"})
 	s.handle("nodes", s.core.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.node(o) },
 		UpdateFunc: func(_, o any) { s.node(o) },
@@ -197,6 +197,27 @@ func NewSource(cs kubernetes.Interface, vc volcano.Interface, sink Sink, onQueue
 		DeleteFunc: func(any) { s.queues() },
 	})
 	return s
+}
+
+// apiServerWatchHistory is how long kube-apiserver keeps the events a
+// watch can resume from by default: its watch cache's history window,
+// max(75 s, --request-timeout + 15 s), with --request-timeout at 60 s.
+const apiServerWatchHistory = 75 * time.Second
+
+// relistHint tells an operator why the pods were listed again, from how
+// long the list took. A list longer than the API server's watch history
+// ends in another: the API server's cacher closes a watcher whose buffer
+// (about a second of events) fills while it streams a long watch-list,
+// and the watch from the list's resource version that follows finds that
+// version gone, so a cluster whose pod list takes longer than the history
+// relists every pod for ever.
+func relistHint(took time.Duration) string {
+	if took > apiServerWatchHistory {
+		return "the list took longer than the API server keeps watch history (max(75s, its --request-timeout + 15s)), " +
+			"so the watch that follows cannot resume from it and every such list is followed by another: " +
+			"raise kube-apiserver's --request-timeout above the list's time, or lighten the API server's load"
+	}
+	return "the watch fell behind the API server's history or was dropped by it; see the API server's load"
 }
 
 // syncReportEvery is how often Start logs the informers it still waits for.
