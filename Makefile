@@ -68,12 +68,13 @@ bench-full: bench-tools
 ## timed to ready, beside kube-scheduler's cold start against the same cluster); then the start-up at 1M cores of one
 ## shard process and of eight (16,000 kwok nodes × 64 CPU, 250,000 pods created bound: first start and two restarts
 ## against kube-scheduler's cold start, CPU and peak RSS per process; on 2 cores about half an hour for one process and
-## an hour for eight)
+## an hour for eight; kube-apiserver with --request-timeout 10m, as a cluster whose pod list takes minutes needs)
 bench-scale: bench-tools
 	$(GO) run ./bench/realbench -nodes 5000 -pods 20000 -warmup 0 -workload bench/workloads/churn.yaml -tier 100k \
 		-systems binder,shardsched-proc-1,shardsched-proc-3 -modes stream -timeout 20m -restarts 3 -out $(BENCH_OUT)/scale
 	$(GO) run ./bench/realbench -nodes 16000 -pods 250000 -groups 2500 -warmup 0 -modes restart \
-		-systems shardsched-proc-1,shardsched-proc-8 -restarts 2 -quiet-max 10m -out $(BENCH_OUT)/scale-1m
+		-systems shardsched-proc-1,shardsched-proc-8 -restarts 2 -quiet-max 10m -apiserver-request-timeout 10m \
+		-out $(BENCH_OUT)/scale-1m
 
 ## bench-tools: the control plane plus kube-scheduler, which bench/realbench compares against (once; a few minutes more when cold)
 bench-tools:
