@@ -275,11 +275,14 @@ func (*podStore) Name() string            { return "pods" }
 func (s *podStore) Done() <-chan struct{} { return s.synced }
 
 // podListWatch lists and watches every pod through cs, with the
-// watch-list semantics cs supports (ListFirst).
+// watch-list semantics cs supports (ListFirst), and calls listing at the
+// request of each list (its first page) or watch-list.
 func podListWatch(cs kubernetes.Interface, listing func()) cache.ListerWatcher {
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			listing()
+			if opts.Continue == "" {
+				listing() // a list's first page
+			}
 			return cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {

@@ -339,3 +339,48 @@ func TestRelistHintNamesTheWatchHistoryOnlyForALongList(t *testing.T) {
 		}
 	}
 }
+
+// The pods' ListerWatcher marks the request of a list (its first page, not
+// the pages that follow) and of a watch-list, not of a watch that resumes.
+func TestPodListWatchMarksEachListsRequest(t *testing.T) {
+	marks := 0
+	lw := podListWatch(kfake.NewSimpleClientset(), func() { marks++ })
+	ctx := context.Background()
+	yes := true
+	for _, c := range []struct {
+		name string
+		do   func() error
+		want int
+	}{
+		{"a list's first page", func() error {
+			_, err := lw.(cache.ListerWithContext).ListWithContext(ctx, metav1.ListOptions{Limit: 500})
+			return err
+		}, 1},
+		{"a page after it", func() error {
+			_, err := lw.(cache.ListerWithContext).ListWithContext(ctx, metav1.ListOptions{Limit: 500, Continue: "next"})
+			return err
+		}, 0},
+		{"a watch-list", func() error {
+			w, err := lw.(cache.WatcherWithContext).WatchWithContext(ctx, metav1.ListOptions{SendInitialEvents: &yes, AllowWatchBookmarks: true})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}, 1},
+		{"a watch that resumes", func() error {
+			w, err := lw.(cache.WatcherWithContext).WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "7", AllowWatchBookmarks: true})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}, 0},
+	} {
+		marks = 0
+		if err := c.do(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if marks != c.want {
+			t.Errorf("%s: marked %d times, want %d", c.name, marks, c.want)
+		}
+	}
+}
