@@ -125,7 +125,25 @@ func TestHelmChartIsTheDeployInstall(t *testing.T) {
 	if k2 := one[corev1.Secret](t, again, "Secret", "shardsched-gossip-key").Data["key"]; string(k2) == string(sec.Data["key"]) {
 		t.Error("two renders generated the same gossip key")
 	}
-	one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched-etcd")
+	// GOMEMLIMIT as deploy/ writes it beside the same memory limits.
+	deployed := render(t, ".")
+	for chartName, deployName := range map[string]string{"shardsched": "shardsched", "shardsched-etcd": "etcd"} {
+		chartEnv := one[appsv1.StatefulSet](t, objs, "StatefulSet", chartName).Spec.Template.Spec.Containers[0].Env
+		deployEnv := one[appsv1.StatefulSet](t, deployed, "StatefulSet", deployName).Spec.Template.Spec.Containers[0].Env
+		if c, d := envValue(chartEnv, "GOMEMLIMIT"), envValue(deployEnv, "GOMEMLIMIT"); c == "" || c != d {
+			t.Errorf("StatefulSet %s: GOMEMLIMIT %q in the chart, %q in deploy/", chartName, c, d)
+		}
+	}
+}
+
+// envValue is the value of the variable name in env ("" if none).
+func envValue(env []corev1.EnvVar, name string) string {
+	for _, e := range env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
 }
 
 // TestHelmChartExternalEtcd renders the external-etcd example: no etcd of
@@ -179,43 +197,66 @@ func TestHelmChartExtraArgs(t *testing.T) {
 	}
 }
 
-// GOMEMLIMIT is the container's memory limit unless goMemLimit gives a
-// size of its own; a size Go would not read is refused at render time.
+// GOMEMLIMIT is the container's memory limit less a tenth (at least 64 MiB
+// kept) unless goMemLimit gives a size of its own; a size Go would not
+// read, or a limit the chart cannot read or that leaves Go under 64 MiB,
+// is refused at render time naming the value.
 func TestHelmChartGoMemLimit(t *testing.T) {
-	goMemLimit := func(args ...string) (corev1.EnvVar, error) {
+	// goMemLimit renders the chart and gives the GOMEMLIMIT of the shard's
+	// and etcd's containers ("" where there is none).
+	goMemLimit := func(args ...string) (shard, etcd string, err error) {
 		objs, err := helmTemplate(t, namespace, args...)
 		if err != nil {
-			return corev1.EnvVar{}, err
+			return "", "", err
 		}
-		sts := one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched")
-		for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
-			if e.Name == "GOMEMLIMIT" {
-				return e, nil
+		env := func(c corev1.Container) string {
+			for _, e := range c.Env {
+				if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil {
+					t.Errorf("helm template %v: GOMEMLIMIT from %+v, want a value", args, e.ValueFrom)
+				}
 			}
+			return envValue(c.Env, "GOMEMLIMIT")
 		}
-		t.Fatalf("helm template %v: no GOMEMLIMIT in the shard's env", args)
-		return corev1.EnvVar{}, nil
+		shard = env(one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched").Spec.Template.Spec.Containers[0])
+		etcd = env(one[appsv1.StatefulSet](t, objs, "StatefulSet", "shardsched-etcd").Spec.Template.Spec.Containers[0])
+		return shard, etcd, nil
 	}
-	e, err := goMemLimit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil || e.ValueFrom.ResourceFieldRef.Resource != "limits.memory" {
-		t.Errorf("by default GOMEMLIMIT = %+v, want the container's limits.memory", e)
-	}
-	for _, v := range []string{"400MiB", "419430400"} {
-		e, err := goMemLimit("--set", "goMemLimit="+v)
+	// Without goMemLimit: the memory limit less a tenth, at least 64 MiB
+	// kept for what Go does not count.
+	for _, c := range []struct {
+		args        []string
+		shard, etcd string
+	}{
+		{nil, "3687MiB", "3687MiB"}, // 4Gi each: 4096 − 409
+		{[]string{"--set", "resources.limits.memory=512Mi"}, "448MiB", "3687MiB"},
+		{[]string{"--set", "resources.limits.memory=2G"}, "1717MiB", "3687MiB"}, // 1907 MiB − 190
+		{[]string{"--set", "resources.limits.memory=4294967296"}, "3687MiB", "3687MiB"},
+		{[]string{"--set", "resources.limits.memory=null", "--set", "etcd.resources.limits.memory=1Gi"}, "", "922MiB"},
+		{[]string{"--set", "goMemLimit=400MiB"}, "400MiB", "3687MiB"},
+		{[]string{"--set", "goMemLimit=419430400", "--set", "resources.limits.memory=1.5Gi"}, "419430400", "3687MiB"},
+	} {
+		shard, etcd, err := goMemLimit(c.args...)
 		if err != nil {
-			t.Fatal(err)
+			t.Errorf("%v: %v", c.args, err)
+			continue
 		}
-		if e.Value != v || e.ValueFrom != nil {
-			t.Errorf("goMemLimit=%s: GOMEMLIMIT = %+v, want the value %s", v, e, v)
+		if shard != c.shard || etcd != c.etcd {
+			t.Errorf("%v: GOMEMLIMIT %q for the shards and %q for etcd, want %q and %q", c.args, shard, etcd, c.shard, c.etcd)
 		}
 	}
-	for _, bad := range []string{"400Mi", "-1MiB", "0", "4.5GiB"} {
-		_, err := goMemLimit("--set", "goMemLimit="+bad)
-		if err == nil || !strings.Contains(err.Error(), "is not a size Go reads") {
-			t.Errorf("goMemLimit=%s: %v, want an error saying it is not a size Go reads", bad, err)
+	for _, c := range []struct{ set, want string }{
+		{"goMemLimit=400Mi", "goMemLimit: \"400Mi\" is not a size Go reads"},
+		{"goMemLimit=-1MiB", "is not a size Go reads"},
+		{"goMemLimit=0", "is not a size Go reads"},
+		{"goMemLimit=4.5GiB", "is not a size Go reads"},
+		{"resources.limits.memory=1.5Gi", `resources.limits.memory: "1.5Gi" is not a memory size the chart reads`},
+		{"resources.limits.memory=-1Gi", "is not a memory size the chart reads"},
+		{"resources.limits.memory=100Mi", "resources.limits.memory: 100Mi leaves Go less than 64 MiB"},
+		{"etcd.resources.limits.memory=1e9", `etcd.resources.limits.memory: "1e9" is not a memory size`},
+	} {
+		_, _, err := goMemLimit("--set", c.set)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %s: %v, want an error saying %q", c.set, err, c.want)
 		}
 	}
 }

@@ -15,8 +15,8 @@
 // headroom, the goal at least live+floor: the same for a small heap, but
 // at 1M cores, a live heap of ~200 MB, it held ~75 MiB more than Go's
 // pacing for a fifth fewer collections.) A soft memory limit (GOMEMLIMIT,
-// which the StatefulSet sets from the container's limit) still caps the
-// heap whatever the percent.
+// which the StatefulSet sets to the container's limit less a tenth) still
+// caps the heap whatever the percent.
 package gcfloor
 
 import (
