@@ -68,9 +68,9 @@ read, or one that leaves Go less than 64 MiB, fails naming the value.
 {{- if not (regexMatch "^[0-9]{1,15}(Ki|Mi|Gi|Ti|k|M|G|T)?$" $s) -}}
 {{- fail (printf "%s: %q is not a memory size the chart reads to set GOMEMLIMIT (a whole number, alone or followed by Ki, Mi, Gi, Ti, k, M, G or T, e.g. 4Gi or 1536Mi); write it so%s" .name $s (.or | default "")) -}}
 {{- end -}}
-{{- $n := float64 (regexFind "^[0-9]+" $s) -}}
-{{- $unit := dict "" 1.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 -}}
-{{- $mib := int64 (floor (divf (mulf $n (get $unit (trimPrefix (regexFind "^[0-9]+" $s) $s))) 1048576.0)) -}}
+{{- $digits := regexFind "^[0-9]+" $s -}}
+{{- $unit := get (dict "" 1.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0) (trimPrefix $digits $s) -}}
+{{- $mib := int64 (floor (divf (mulf (float64 $digits) $unit) 1048576.0)) -}}
 {{- $keep := max 64 (div $mib 10) -}}
 {{- $go := sub $mib $keep -}}
 {{- if lt $go 64 -}}
