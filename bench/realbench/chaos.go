@@ -69,7 +69,6 @@ import (
 	schedv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcano "volcano.sh/apis/pkg/client/clientset/versioned"
 
-	"github.com/shardsched/shardsched/api"
 	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/bench/report"
 	"github.com/shardsched/shardsched/coordinator"
@@ -330,15 +329,7 @@ func chaosQueues(ctx context.Context, vc volcano.Interface) (int, error) {
 			return 0, fmt.Errorf("create queue %s: %w", name, err)
 		}
 	}
-	l, err := vc.SchedulingV1beta1().Queues().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, err
-	}
-	names := map[string]bool{api.RootQueue: true, api.DefaultQueue: true}
-	for _, q := range l.Items {
-		names[q.Name] = true
-	}
-	return chaosPartitions + len(names), nil
+	return ownershipKeys(ctx, vc)
 }
 
 // overbooked counts the nodes whose pods, as the informer has seen them
