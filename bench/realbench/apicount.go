@@ -18,12 +18,21 @@ import (
 // status, events) can be set beside the binder's, whose only write per pod
 // is its binding. On 2 shared cores the API server is the ceiling of every
 // system, and a write a system adds per pod is throughput it gives up.
+// apiserver_watch_events_total is read with it: the events the API server
+// sent to every watcher, by resource, which no request count shows (a
+// watch is one request however many events it carries).
 
 // apiKey is one series of apiserver_request_total, less the response code.
 type apiKey struct{ verb, resource string }
 
-// apiCounts are request totals by verb and resource (resource/subresource).
+// apiCounts are request totals by verb and resource (resource/subresource),
+// and the watch events sent by resource under the verb watchEventsVerb.
 type apiCounts map[apiKey]float64
+
+// watchEventsVerb is the verb apiCounts keeps apiserver_watch_events_total
+// under: not a request's, so neither the reads, the writes nor the
+// requests per second count it.
+const watchEventsVerb = "watch-events"
 
 // readAPICounts scrapes the API server's request counters.
 func readAPICounts(ctx context.Context, cs kubernetes.Interface) (apiCounts, error) {
@@ -34,29 +43,28 @@ func readAPICounts(ctx context.Context, cs kubernetes.Interface) (apiCounts, err
 	return parseAPICounts(raw)
 }
 
-// parseAPICounts reads apiserver_request_total from a metrics page; the
-// page's other families (most of its size) are skipped before parsing.
+// parseAPICounts reads apiserver_request_total and
+// apiserver_watch_events_total from a metrics page; the page's other
+// families (most of its size) are skipped before parsing.
 func parseAPICounts(page []byte) (apiCounts, error) {
-	const family = "apiserver_request_total"
+	const requests, events = "apiserver_request_total", "apiserver_watch_events_total"
 	var kept bytes.Buffer
 	for line := range bytes.Lines(page) {
 		s := string(bytes.TrimSpace(line))
 		name := strings.TrimPrefix(strings.TrimPrefix(s, "# TYPE "), "# HELP ")
-		if strings.HasPrefix(name, family+" ") || strings.HasPrefix(name, family+"{") {
-			kept.Write(line)
+		for _, f := range []string{requests, events} {
+			if strings.HasPrefix(name, f+" ") || strings.HasPrefix(name, f+"{") {
+				kept.Write(line)
+			}
 		}
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(&kept)
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", family, err)
+		return nil, fmt.Errorf("parse %s and %s: %w", requests, events, err)
 	}
 	out := apiCounts{}
-	f, ok := fams[family]
-	if !ok {
-		return out, nil
-	}
-	for _, m := range f.GetMetric() {
+	for _, m := range fams[requests].GetMetric() {
 		var verb, res, sub string
 		for _, l := range m.GetLabel() {
 			switch l.GetName() {
@@ -73,6 +81,13 @@ func parseAPICounts(page []byte) (apiCounts, error) {
 		}
 		out[apiKey{verb, res}] += m.GetCounter().GetValue()
 	}
+	for _, m := range fams[events].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "resource" {
+				out[apiKey{watchEventsVerb, l.GetValue()}] += m.GetCounter().GetValue()
+			}
+		}
+	}
 	return out, nil
 }
 
@@ -84,6 +99,9 @@ func isWrite(verb string) bool {
 	}
 	return false
 }
+
+// isRead reports whether verb is a request's that changes nothing.
+func isRead(verb string) bool { return !isWrite(verb) && verb != watchEventsVerb }
 
 // apiWritesNote sets out the writes between two readings per bound pod,
 // most first: "API writes per bound pod (...): 2.310 (POST pods 1.000,
@@ -99,7 +117,26 @@ func apiWritesNote(before, after apiCounts, bound int, what string) string {
 // apiReadsNote is apiWritesNote's reads (GET, LIST, WATCH): a system's
 // reads cost the API server as its writes do, and no write shows them.
 func apiReadsNote(before, after apiCounts, bound int, what string) string {
-	return apiPerPodNote(before, after, bound, "reads", func(verb string) bool { return !isWrite(verb) }, what)
+	return apiPerPodNote(before, after, bound, "reads", isRead, what)
+}
+
+// apiWatchEventsNote is the watch events the API server sent between two
+// readings per bound pod, by resource, most first: "API watch events sent
+// per bound pod (...): 9.10 (pods 8.950, podgroups 0.120)". Every
+// watcher's copy counts (the harness's watch and kwok's too), so a
+// system's own watches show as its excess over the binder's.
+func apiWatchEventsNote(before, after apiCounts, bound int, what string) string {
+	if bound == 0 {
+		return ""
+	}
+	rows, total := apiDeltas(before, after, func(verb string) bool { return verb == watchEventsVerb })
+	var parts []string
+	for _, r := range rows {
+		if per := r.n / float64(bound); per >= 0.001 {
+			parts = append(parts, fmt.Sprintf("%s %.3f", r.k.resource, per))
+		}
+	}
+	return fmt.Sprintf("API watch events sent per bound pod (%s): %.2f (%s)", what, total/float64(bound), strings.Join(parts, ", "))
 }
 
 // apiPerPodNote is the requests of the verbs keep takes between two
@@ -128,7 +165,7 @@ func apiRatesNote(before, after apiCounts, seconds float64, what string) string 
 	if seconds <= 0 || before == nil || after == nil {
 		return "" // a reading failed: the totals since the API server started are no rate
 	}
-	rows, total := apiDeltas(before, after, func(string) bool { return true })
+	rows, total := apiDeltas(before, after, func(verb string) bool { return verb != watchEventsVerb })
 	var parts []string
 	for _, r := range rows {
 		if per := r.n / seconds; per >= 0.1 {

@@ -312,7 +312,7 @@ func runOne(ctx context.Context, o options, env *benchEnv, mode string, sys sysS
 		if mode == modeBacklog {
 			what = "the whole API server from the clock's start to the last bind; the pods were created before it"
 		}
-		for _, n := range []string{apiWritesNote(api0, api1, bound, what), apiReadsNote(api0, api1, bound, what)} {
+		for _, n := range []string{apiWritesNote(api0, api1, bound, what), apiReadsNote(api0, api1, bound, what), apiWatchEventsNote(api0, api1, bound, what)} {
 			if n != "" {
 				r.notes = append(r.notes, n)
 			}
