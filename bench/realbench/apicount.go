@@ -126,21 +126,12 @@ func apiReadsNote(before, after apiCounts, bound int, what string) string {
 // watcher's copy counts (the harness's watch and kwok's too), so a
 // system's own watches show as its excess over the binder's.
 func apiWatchEventsNote(before, after apiCounts, bound int, what string) string {
-	if bound == 0 {
-		return ""
-	}
-	rows, total := apiDeltas(before, after, func(verb string) bool { return verb == watchEventsVerb })
-	var parts []string
-	for _, r := range rows {
-		if per := r.n / float64(bound); per >= 0.001 {
-			parts = append(parts, fmt.Sprintf("%s %.3f", r.k.resource, per))
-		}
-	}
-	return fmt.Sprintf("API watch events sent per bound pod (%s): %.2f (%s)", what, total/float64(bound), strings.Join(parts, ", "))
+	return apiPerPodNote(before, after, bound, "watch events sent", func(verb string) bool { return verb == watchEventsVerb }, what)
 }
 
-// apiPerPodNote is the requests of the verbs keep takes between two
-// readings, per bound pod, named kind.
+// apiPerPodNote is the series of the verbs keep takes between two
+// readings, per bound pod, named kind; a series is named by its verb and
+// resource, watch events by their resource alone.
 func apiPerPodNote(before, after apiCounts, bound int, kind string, keep func(verb string) bool, what string) string {
 	if bound == 0 {
 		return ""
@@ -149,7 +140,11 @@ func apiPerPodNote(before, after apiCounts, bound int, kind string, keep func(ve
 	var parts []string
 	for _, r := range rows {
 		if per := r.n / float64(bound); per >= 0.001 {
-			parts = append(parts, fmt.Sprintf("%s %s %.3f", r.k.verb, r.k.resource, per))
+			name := r.k.verb + " " + r.k.resource
+			if r.k.verb == watchEventsVerb {
+				name = r.k.resource
+			}
+			parts = append(parts, fmt.Sprintf("%s %.3f", name, per))
 		}
 	}
 	return fmt.Sprintf("API %s per bound pod (%s): %.2f (%s)",
