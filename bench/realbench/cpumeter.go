@@ -71,21 +71,31 @@ func (s cpuSpent) note(bound int, system, harness time.Duration) string {
 		return ""
 	}
 	per := func(d time.Duration) float64 { return d.Seconds() / float64(bound) * 1000 }
+	known := system + harness
+	for _, d := range s.parts {
+		known += d
+	}
 	var b strings.Builder
 	b.WriteString("CPU s per 1000 bound pods over the run:")
-	if s.machine > 0 {
+	switch {
+	case s.machine <= 0:
+	case s.machine >= known:
 		fmt.Fprintf(&b, " the whole machine %.2f =", per(s.machine))
+	default:
+		// /proc/stat's busy time is counted at the clock tick, a
+		// process's from the kernel scheduler's own runtime: on a
+		// machine with idle time the first can fall short of the sum of
+		// the second; no "rest" is then worked out below zero.
+		fmt.Fprintf(&b, " the whole machine %.2f by /proc/stat, %.2f less than its parts' own figures (busy time counted at the clock tick against the processes' runtime):", per(s.machine), per(known-s.machine))
 	}
-	known := system + harness
 	fmt.Fprintf(&b, " the system %.2f", per(system))
 	if harness > 0 {
 		fmt.Fprintf(&b, " + the harness %.2f", per(harness))
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.parts)) {
 		fmt.Fprintf(&b, " + %s %.2f", name, per(s.parts[name]))
-		known += s.parts[name]
 	}
-	if s.machine > 0 {
+	if s.machine > 0 && s.machine >= known {
 		fmt.Fprintf(&b, " + the rest %.2f", per(s.machine-known))
 	}
 	if api := s.parts[apiServerPart]; api > 0 {

@@ -29,6 +29,12 @@ func TestCPUSpentNote(t *testing.T) {
 	if n := (cpuSpent{machine: 4 * time.Second}).note(1000, time.Second, 0); n != "CPU s per 1000 bound pods over the run: the whole machine 4.00 = the system 1.00 + the rest 3.00" {
 		t.Errorf("in-process note = %q", n)
 	}
+	// Processes whose own figures add up to more than the machine's
+	// tick-sampled reading: no negative rest.
+	over := cpuSpent{parts: map[string]time.Duration{"kube-apiserver": 3 * time.Second}, machine: 4 * time.Second}
+	if n := over.note(1000, 2*time.Second, 0); n != "CPU s per 1000 bound pods over the run: the whole machine 4.00 by /proc/stat, 1.00 less than its parts' own figures (busy time counted at the clock tick against the processes' runtime): the system 2.00 + kube-apiserver 3.00; the system's CPU over kube-apiserver's: 0.667" {
+		t.Errorf("parts above the machine: note = %q", n)
+	}
 }
 
 func TestCPUMeterReadsThisProcess(t *testing.T) {

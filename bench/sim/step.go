@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -296,10 +297,20 @@ func (d *driver) progress() {
 	if time.Since(d.lastProgress) > 10*time.Second {
 		d.lastProgress = time.Now()
 		st := d.s.cl.Stats()
-		fmt.Fprintf(d.cfg.Progress, "sim %s: virtual %s/%s, wall %s, bound %d, pending %d, %.0f pods/s (wall)\n", d.run.Name,
-			d.vt.Round(time.Second), d.end.Round(time.Second), time.Since(d.wallStart).Round(time.Second), st.Binds, d.pending,
+		fmt.Fprintf(d.cfg.Progress, "sim %s: virtual %s/%s, wall %s, bound %d, pending %s, %.0f pods/s (wall)\n", d.run.Name,
+			d.vt.Round(time.Second), d.end.Round(time.Second), time.Since(d.wallStart).Round(time.Second), st.Binds, pendingText(d.pending),
 			float64(st.Binds)/time.Since(d.wallStart).Seconds())
 	}
+}
+
+// pendingText is the progress line's count of pending pods: between two
+// samples the driver does not know it (d.pending is -1, takeSample), and
+// says so rather than print a negative count.
+func pendingText(n int) string {
+	if n < 0 {
+		return "not counted since the last sample"
+	}
+	return strconv.Itoa(n)
 }
 
 // advance ends the step that began (in wall time) at t0; charged is the
