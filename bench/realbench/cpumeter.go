@@ -75,11 +75,13 @@ func (s cpuSpent) note(bound int, system, harness time.Duration) string {
 	for _, d := range s.parts {
 		known += d
 	}
+	// A shortfall that rounds to nothing here is read as none.
+	short := known > s.machine && per(known-s.machine) >= 0.005
 	var b strings.Builder
 	b.WriteString("CPU s per 1000 bound pods over the run:")
 	switch {
 	case s.machine <= 0:
-	case s.machine >= known:
+	case !short:
 		fmt.Fprintf(&b, " the whole machine %.2f =", per(s.machine))
 	default:
 		// /proc/stat's busy time is counted at the clock tick, a
@@ -95,8 +97,8 @@ func (s cpuSpent) note(bound int, system, harness time.Duration) string {
 	for _, name := range slices.Sorted(maps.Keys(s.parts)) {
 		fmt.Fprintf(&b, " + %s %.2f", name, per(s.parts[name]))
 	}
-	if s.machine > 0 && s.machine >= known {
-		fmt.Fprintf(&b, " + the rest %.2f", per(s.machine-known))
+	if s.machine > 0 && !short {
+		fmt.Fprintf(&b, " + the rest %.2f", per(max(s.machine-known, 0)))
 	}
 	if api := s.parts[apiServerPart]; api > 0 {
 		// Every process of a run moves with the machine's speed of the

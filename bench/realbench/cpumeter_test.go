@@ -35,6 +35,11 @@ func TestCPUSpentNote(t *testing.T) {
 	if n := over.note(1000, 2*time.Second, 0); n != "CPU s per 1000 bound pods over the run: the whole machine 4.00 by /proc/stat, 1.00 less than its parts' own figures (busy time counted at the clock tick against the processes' runtime): the system 2.00 + kube-apiserver 3.00; the system's CPU over kube-apiserver's: 0.667" {
 		t.Errorf("parts above the machine: note = %q", n)
 	}
+	// Above it by less than the note's rounding: a rest of none.
+	near := cpuSpent{parts: map[string]time.Duration{"kube-apiserver": 2*time.Second + time.Millisecond}, machine: 4 * time.Second}
+	if n := near.note(1000, 2*time.Second, 0); n != "CPU s per 1000 bound pods over the run: the whole machine 4.00 = the system 2.00 + kube-apiserver 2.00 + the rest 0.00; the system's CPU over kube-apiserver's: 1.000" {
+		t.Errorf("parts above the machine by a rounding: note = %q", n)
+	}
 }
 
 func TestCPUMeterReadsThisProcess(t *testing.T) {
