@@ -75,20 +75,22 @@ func (s cpuSpent) note(bound int, system, harness time.Duration) string {
 	for _, d := range s.parts {
 		known += d
 	}
-	// A shortfall that rounds to nothing here is read as none.
-	short := known > s.machine && per(known-s.machine) >= 0.005
+	rest := s.machine - known
+	if rest < 0 && per(-rest) < 0.005 {
+		rest = 0 // a shortfall that rounds to nothing here is none
+	}
 	var b strings.Builder
 	b.WriteString("CPU s per 1000 bound pods over the run:")
 	switch {
 	case s.machine <= 0:
-	case !short:
+	case rest >= 0:
 		fmt.Fprintf(&b, " the whole machine %.2f =", per(s.machine))
 	default:
 		// /proc/stat's busy time is counted at the clock tick, a
 		// process's from the kernel scheduler's own runtime: on a
 		// machine with idle time the first can fall short of the sum of
 		// the second; no "rest" is then worked out below zero.
-		fmt.Fprintf(&b, " the whole machine %.2f by /proc/stat, %.2f less than its parts' own figures (busy time counted at the clock tick against the processes' runtime):", per(s.machine), per(known-s.machine))
+		fmt.Fprintf(&b, " the whole machine %.2f by /proc/stat, %.2f less than its parts' own figures (busy time counted at the clock tick against the processes' runtime):", per(s.machine), per(-rest))
 	}
 	fmt.Fprintf(&b, " the system %.2f", per(system))
 	if harness > 0 {
@@ -97,8 +99,8 @@ func (s cpuSpent) note(bound int, system, harness time.Duration) string {
 	for _, name := range slices.Sorted(maps.Keys(s.parts)) {
 		fmt.Fprintf(&b, " + %s %.2f", name, per(s.parts[name]))
 	}
-	if s.machine > 0 && !short {
-		fmt.Fprintf(&b, " + the rest %.2f", per(max(s.machine-known, 0)))
+	if s.machine > 0 && rest >= 0 {
+		fmt.Fprintf(&b, " + the rest %.2f", per(rest))
 	}
 	if api := s.parts[apiServerPart]; api > 0 {
 		// Every process of a run moves with the machine's speed of the
