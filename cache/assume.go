@@ -59,7 +59,7 @@ func (c *Cache) Assume(taskUID, node string) error {
 	if why := overflowReason(used, be.b.Node.Allocatable, be.b.Tasks+1); why != "" {
 		return fmt.Errorf("assume %s/%s on %q: %w (%s)", e.namespace(), e.name(), node, ErrDoesNotFit, why)
 	}
-	c.placeLocked(e, e.bookedAs(), node)
+	c.placeLocked(e, e.bookedAs(), e.groupedAs(), node)
 	return nil
 }
 
@@ -73,7 +73,7 @@ func (c *Cache) Forget(taskUID string) {
 	if e == nil || !e.assumed {
 		return
 	}
-	c.placeLocked(e, e.bookedAs(), "")
+	c.placeLocked(e, e.bookedAs(), e.groupedAs(), "")
 }
 
 // Assumed returns the node a task is assumed on, if it is assumed and not

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/shardsched/shardsched/api"
@@ -436,5 +437,37 @@ func TestJobSummaryCountsEveryJob(t *testing.T) {
 	s1.Allocated.Scalars["nvidia.com/gpu"] = 99 // a caller scribbling on its copy
 	if s2 := c.JobSummary("ns", "j"); s2.Allocated.Get("nvidia.com/gpu") != 1 {
 		t.Fatalf("a caller's copy changed the memo: %+v", s2)
+	}
+}
+
+// A job whose requests do not add up exactly (a sum that saturates, a
+// negative value that reached the cache) is counted from its tasks when
+// asked, so that taking a task out never subtracts from a clamped sum.
+func TestJobSummaryInexactSums(t *testing.T) {
+	c := New(Options{})
+	big := int64(math.MaxInt64/2 + 1)
+	mk := func(uid string, milli, mem int64) api.Task {
+		return api.Task{Namespace: "ns", Name: uid, UID: uid, Job: "j", NodeName: "n1", Phase: api.TaskRunning,
+			Request: api.NewResource(milli, mem, map[string]int64{api.Pods: 1})}
+	}
+	c.AddOrUpdateTask(mk("a", big, gi))
+	c.AddOrUpdateTask(mk("b", big, gi))
+	if s := c.JobSummary("ns", "j"); s.Bound != 2 || s.Allocated.MilliCPU != math.MaxInt64 || s.Allocated.Memory != 2*gi {
+		t.Fatalf("saturated: %+v", s)
+	}
+	c.DeleteTask("b")
+	if s := c.JobSummary("ns", "j"); s.Bound != 1 || s.Allocated.MilliCPU != big || s.Allocated.Memory != gi {
+		t.Fatalf("after the second task left: %+v", s)
+	}
+	c.AddOrUpdateTask(mk("neg", 1000, -gi))
+	if s := c.JobSummary("ns", "j"); s.Bound != 2 || s.Allocated.Memory != 0 {
+		t.Fatalf("with a negative request: %+v", s)
+	}
+	c.DeleteTask("neg")
+	c.DeleteTask("a")
+	// An emptied group is forgotten; a new one counts task by task again.
+	c.AddOrUpdateTask(mk("c", 1000, gi))
+	if s := c.JobSummary("ns", "j"); s.Bound != 1 || s.Allocated.MilliCPU != 1000 || s.Allocated.Memory != gi {
+		t.Fatalf("a new group: %+v", s)
 	}
 }

@@ -205,8 +205,15 @@ type taskGroup struct {
 	// cutoff is cutoffOf the job now known under key; a change of it is a
 	// change of the group (new gen), because membership depends on it.
 	cutoff time.Time
-	// summary memoizes JobSummary for generation gen; readers holding the
-	// read lock may fill it concurrently (each stores an equal value).
+	// sum is the summary of the group's tasks kept up to date task by
+	// task (count) while exact; top is how many live members have its
+	// Priority. A group whose sums stopped being exact is counted again
+	// when asked, and summary memoizes that count for generation gen;
+	// readers holding the read lock may fill it concurrently (each stores
+	// an equal value).
+	sum     JobSummary
+	top     int
+	exact   bool
 	summary atomic.Pointer[groupSummary]
 }
 

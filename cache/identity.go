@@ -50,5 +50,6 @@ func (c *Cache) setCutoff(key objKey) {
 		return
 	}
 	g.cutoff = cut
+	g.recount() // membership moved
 	c.touchGroup(g)
 }

@@ -373,6 +373,10 @@ func TestAgainstModel(t *testing.T) {
 					tk.UID = fmt.Sprintf("%s-uid-%d", name, r.intn(2))
 					tk.Created = randTime(r)
 					tk.Phase = phases[r.intn(len(phases))]
+					tk.Priority = int32(r.intn(4) - 1)
+					if r.intn(4) == 0 {
+						tk.Request.Scalars["nvidia.com/gpu"] = int64(1 + r.intn(2))
+					}
 					if tk.Phase != api.TaskPending || r.intn(4) == 0 {
 						tk.NodeName = nodeNames[r.intn(len(nodeNames))]
 					}
@@ -463,6 +467,10 @@ func TestAgainstModel(t *testing.T) {
 				if step%7 == 0 || step > 1450 {
 					c.UpdateSnapshot(&s)
 					compareModel(t, step, c, &s, m)
+				} else {
+					for _, name := range []string{"j0", "j1", "j2"} {
+						compareSummary(t, step, c, m, name)
+					}
 				}
 			}
 			mustVerify(t, c)
@@ -576,19 +584,16 @@ func randTime(r *rnd) time.Time {
 	return time.Unix(1_700_000_000+int64(r.intn(4)), 0)
 }
 
-// compareMembers checks TasksOfJob and JobSummary of ns/name against the
-// membership rule applied naively to the model.
-func compareMembers(t *testing.T, step int, c *Cache, s *Snapshot, m *model, name string) {
-	t.Helper()
+// modelMembers applies the membership rule naively to the model: the
+// summary of ns/name, its members ("name/uid"), and whether any task that
+// names it is pending.
+func modelMembers(m *model, name string) (want JobSummary, members []string, anyPending bool) {
 	var job *api.Job
 	for _, j := range m.jobs {
 		if j.Name == name {
 			job = &j
 		}
 	}
-	var want JobSummary
-	var members []string
-	anyPending := false
 	for _, uid := range m.uids() {
 		tk := m.view(uid)
 		if tk.Job != name {
@@ -604,18 +609,40 @@ func compareMembers(t *testing.T, step int, c *Cache, s *Snapshot, m *model, nam
 		switch {
 		case tk.Phase.Terminal():
 			want.Done++
+			if tk.Phase == api.TaskFailed {
+				want.Failed++
+			}
+			continue
 		case tk.NodeName != "":
 			want.Bound++
 			addRequest(&want.Allocated, tk.Request)
 		default:
 			want.Pending++
 		}
+		if want.Pending+want.Bound == 1 || tk.Priority > want.Priority {
+			want.Priority = tk.Priority
+		}
 	}
+	return want, members, anyPending
+}
+
+// compareSummary checks JobSummary of ns/name against the model.
+func compareSummary(t *testing.T, step int, c *Cache, m *model, name string) {
+	t.Helper()
+	want, _, _ := modelMembers(m, name)
 	got := c.JobSummary("ns", name)
-	if got.Pending != want.Pending || got.Bound != want.Bound || got.Done != want.Done ||
-		got.Predecessors != want.Predecessors || !got.Allocated.Equal(want.Allocated) {
+	if got.Pending != want.Pending || got.Bound != want.Bound || got.Done != want.Done || got.Failed != want.Failed ||
+		got.Predecessors != want.Predecessors || got.Priority != want.Priority || !got.Allocated.Equal(want.Allocated) {
 		t.Fatalf("step %d: summary of %s: %+v, model %+v", step, name, got, want)
 	}
+}
+
+// compareMembers checks TasksOfJob and JobSummary of ns/name against the
+// membership rule applied naively to the model.
+func compareMembers(t *testing.T, step int, c *Cache, s *Snapshot, m *model, name string) {
+	t.Helper()
+	compareSummary(t, step, c, m, name)
+	_, members, anyPending := modelMembers(m, name)
 	if !anyPending {
 		members = nil
 	}

@@ -29,45 +29,196 @@ type JobSummary struct {
 
 // JobSummary returns the summary of the job now known as namespace/job
 // (zero if no task names it). Only its members are counted.
+//
+// Each group keeps its summary up to date task by task (count), so this
+// is a copy, not a walk over the job's tasks: every change of a task in a
+// stream of pods used to make the next cycle count the whole group again.
+// A group whose sums saturated counts again when asked, memoized per
+// generation.
 func (c *Cache) JobSummary(namespace, job string) JobSummary {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	var s JobSummary
 	g := c.groups[objKey{namespace, job}]
 	if g == nil {
-		return s
+		return JobSummary{}
+	}
+	if g.exact {
+		return g.sum.clone()
 	}
 	if m := g.summary.Load(); m != nil && m.gen == g.gen {
 		return m.sum.clone()
 	}
-	for _, e := range g.tasks {
-		phase, sh := e.phase(), e.shared()
-		switch {
-		case !g.member(e):
-			s.Predecessors++
-		case phase.Terminal():
-			s.Done++
-			if phase == api.TaskFailed {
-				s.Failed++
-			}
-		case e.nodeName() != "":
-			s.Bound++
-			addRequest(&s.Allocated, sh.Request)
-			s.notePriority(sh.Priority)
-		default:
-			s.Pending++
-			s.notePriority(sh.Priority)
-		}
-	}
+	s, _, _ := g.countAll()
 	g.summary.Store(&groupSummary{gen: g.gen, sum: s.clone()})
 	return s
 }
 
-// notePriority raises s.Priority to p; the first live member sets it.
-func (s *JobSummary) notePriority(p int32) {
-	if s.Pending+s.Bound == 1 || p > s.Priority {
-		s.Priority = p
+// countAll counts g's tasks from scratch: their summary, how many live
+// members have its Priority, and whether the sums are exact (no request
+// saturated or was negative), as count would have kept them.
+func (g *taskGroup) countAll() (s JobSummary, top int, exact bool) {
+	exact = true
+	for _, e := range g.tasks {
+		a := g.classify(e)
+		switch a.class {
+		case classPredecessor:
+			s.Predecessors++
+		case classSucceeded:
+			s.Done++
+		case classFailed:
+			s.Done++
+			s.Failed++
+		case classBound, classPending:
+			if a.class == classBound {
+				s.Bound++
+				exact = addRequest(&s.Allocated, a.req) && exact
+			} else {
+				s.Pending++
+			}
+			switch {
+			case s.Pending+s.Bound == 1 || a.prio > s.Priority:
+				s.Priority, top = a.prio, 1
+			case a.prio == s.Priority:
+				top++
+			}
+		}
 	}
+	return s, top, exact
+}
+
+// summaryClass is where a task counts in its group's summary.
+type summaryClass uint8
+
+const (
+	classNone summaryClass = iota // in no group
+	classPredecessor
+	classSucceeded // Done, and not Failed
+	classFailed
+	classBound
+	classPending
+)
+
+// groupedAs is what a group's summary counts for one task: taken before a
+// change of the task's record (as bookedAs is for the books), so that what
+// count added is what it takes out.
+type groupedAs struct {
+	class summaryClass
+	req   api.Resource // bound members: their request, shared with the task (read only)
+	prio  int32        // pending and bound members
+}
+
+// groupedAs is what e's group counts for e now.
+func (e *taskEntry) groupedAs() groupedAs {
+	if e.group == nil {
+		return groupedAs{}
+	}
+	return e.group.classify(e)
+}
+
+// classify is where e, a task of g, counts in g's summary.
+func (g *taskGroup) classify(e *taskEntry) groupedAs {
+	phase, sh := e.phase(), e.shared()
+	switch {
+	case !g.member(e):
+		return groupedAs{class: classPredecessor}
+	case phase == api.TaskFailed:
+		return groupedAs{class: classFailed}
+	case phase.Terminal():
+		return groupedAs{class: classSucceeded}
+	case e.nodeName() != "":
+		return groupedAs{class: classBound, req: sh.Request, prio: sh.Priority}
+	}
+	return groupedAs{class: classPending, prio: sh.Priority}
+}
+
+// count adds (sign +1) or takes out (−1) what a says to g's summary. A
+// group whose sums stop being exact keeps counting from scratch on demand
+// (JobSummary) until it is emptied; one whose highest priority loses its
+// last live member but not its others counts again now.
+func (g *taskGroup) count(a groupedAs, sign int) {
+	if !g.exact {
+		return
+	}
+	s := &g.sum
+	switch a.class {
+	case classNone:
+	case classPredecessor:
+		s.Predecessors += sign
+	case classSucceeded:
+		s.Done += sign
+	case classFailed:
+		s.Done += sign
+		s.Failed += sign
+	case classBound, classPending:
+		if a.class == classBound {
+			s.Bound += sign
+			if !addAllocated(&s.Allocated, a.req, sign) {
+				g.exact = false
+				return
+			}
+		} else {
+			s.Pending += sign
+		}
+		live := s.Pending + s.Bound
+		switch {
+		case sign > 0 && (live == 1 || a.prio > s.Priority):
+			s.Priority, g.top = a.prio, 1
+		case sign > 0 && a.prio == s.Priority:
+			g.top++
+		case sign < 0 && live == 0:
+			s.Priority, g.top = 0, 0
+		case sign < 0 && a.prio == s.Priority:
+			if g.top--; g.top == 0 {
+				g.recount() // the highest priority left: which is it now?
+			}
+		}
+	}
+}
+
+// recount sets g's summary from its tasks (after its membership rule
+// changed, or its highest priority's last live member left).
+func (g *taskGroup) recount() {
+	g.sum, g.top, g.exact = g.countAll()
+}
+
+// addAllocated adds (sign +1) or takes out (−1) r, without the "pods"
+// scalar, into dst in place, dropping scalars that come to zero; false
+// if a value of r is negative or a sum saturated (dst is then not to be
+// trusted).
+func addAllocated(dst *api.Resource, r api.Resource, sign int) bool {
+	ok := true
+	add := func(cur, v int64) int64 {
+		if v < 0 {
+			ok = false
+			return cur
+		}
+		if sign < 0 {
+			v = -v
+		}
+		s, exact := satAdd(cur, v)
+		ok = ok && exact && s >= 0
+		return s
+	}
+	dst.MilliCPU = add(dst.MilliCPU, r.MilliCPU)
+	dst.Memory = add(dst.Memory, r.Memory)
+	for k, v := range r.Scalars {
+		if k == api.Pods || v == 0 {
+			continue
+		}
+		s := add(dst.Scalars[k], v)
+		if s == 0 {
+			delete(dst.Scalars, k)
+			continue
+		}
+		if dst.Scalars == nil {
+			dst.Scalars = map[string]int64{}
+		}
+		dst.Scalars[k] = s
+	}
+	if len(dst.Scalars) == 0 {
+		dst.Scalars = nil
+	}
+	return ok
 }
 
 // clone copies s so callers never share the memo's scalar map.
@@ -79,10 +230,17 @@ func (s JobSummary) clone() JobSummary {
 }
 
 // addRequest adds r (without "pods") into dst in place, saturating instead
-// of overflowing; it allocates only for scalars.
-func addRequest(dst *api.Resource, r api.Resource) {
-	dst.MilliCPU = satAddValue(dst.MilliCPU, r.MilliCPU)
-	dst.Memory = satAddValue(dst.Memory, r.Memory)
+// of overflowing; it allocates only for scalars. It reports whether the
+// sum is exact: no value of r negative, none saturated.
+func addRequest(dst *api.Resource, r api.Resource) bool {
+	ok := true
+	add := func(a, b int64) int64 {
+		v, exact := satAdd(a, b) // clamped to the int64 range
+		ok = ok && exact && b >= 0
+		return v
+	}
+	dst.MilliCPU = add(dst.MilliCPU, r.MilliCPU)
+	dst.Memory = add(dst.Memory, r.Memory)
 	for k, v := range r.Scalars {
 		if k == api.Pods || v == 0 {
 			continue
@@ -90,13 +248,9 @@ func addRequest(dst *api.Resource, r api.Resource) {
 		if dst.Scalars == nil {
 			dst.Scalars = map[string]int64{}
 		}
-		dst.Scalars[k] = satAddValue(dst.Scalars[k], v)
+		dst.Scalars[k] = add(dst.Scalars[k], v)
 	}
-}
-
-func satAddValue(a, b int64) int64 {
-	v, _ := satAdd(a, b) // clamped to the int64 range
-	return v
+	return ok
 }
 
 // JobTasks returns shallow copies (their maps and slices shared with the

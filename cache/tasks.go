@@ -35,7 +35,7 @@ func (c *Cache) setTaskLocked(t api.Task) {
 	} else if !named(e, t.Namespace, t.Name) {
 		c.taskNames.remove(e) // under its old name
 	}
-	was, on := e.bookedAs(), e.assumedOn()
+	was, grouped, on := e.bookedAs(), e.groupedAs(), e.assumedOn()
 	if on != "" && (t.Phase.Terminal() || t.NodeName != "") {
 		// Confirmed (bound to the assumed node), moved (bound elsewhere) or
 		// finished: from now on the event is the truth.
@@ -53,7 +53,7 @@ func (c *Cache) setTaskLocked(t api.Task) {
 		e.obj, e.full = &obj, &obj // placeLocked applies any assumption
 	}
 	c.taskNames.put(e)
-	c.placeLocked(e, was, on)
+	c.placeLocked(e, was, grouped, on)
 }
 
 // DeleteTask forgets the task with this UID (a task re-created under the same
@@ -93,7 +93,7 @@ func (c *Cache) removeTaskLocked(uid string) {
 		c.nodeChanged(be)
 	}
 	c.setPlacement(e, "")
-	c.leaveGroup(e)
+	c.leaveGroup(e, e.groupedAs())
 	c.taskNames.remove(e)
 	c.dropSlim(e)
 	delete(c.tasks, uid)
@@ -102,8 +102,9 @@ func (c *Cache) removeTaskLocked(uid string) {
 // placeLocked recomputes everything derived from a task's obj and
 // assumption (on: the node it is assumed on, "" for none): its view,
 // placement, pending state, group and booking. was is what the books
-// counted for it before its record changed (bookedAs).
-func (c *Cache) placeLocked(e *taskEntry, was bookedAs, on string) {
+// counted for it before its record changed (bookedAs), grouped what its
+// group's summary counted (groupedAs).
+func (c *Cache) placeLocked(e *taskEntry, was bookedAs, grouped groupedAs, on string) {
 	e.assumed = on != ""
 	if e.slim == nil {
 		view := e.obj
@@ -119,7 +120,7 @@ func (c *Cache) placeLocked(e *taskEntry, was bookedAs, on string) {
 		node = e.nodeName()
 	}
 	c.setPlacement(e, node)
-	c.leaveGroup(e)
+	c.leaveGroup(e, grouped)
 	pending := node == "" && !e.assumed && (phase == api.TaskPending || phase == "")
 	c.joinGroup(e, objKey{e.namespace(), e.shared().Job}, pending)
 	c.rebook(e, was)
@@ -203,12 +204,15 @@ func (c *Cache) unbook(be *bookEntry, e *taskEntry, was bookedAs) {
 	e.booked = false
 }
 
-func (c *Cache) leaveGroup(e *taskEntry) {
+// leaveGroup takes e out of its group, whose summary counted it as
+// grouped (groupedAs, taken before e's record changed).
+func (c *Cache) leaveGroup(e *taskEntry, grouped groupedAs) {
 	g := e.group
 	if g == nil {
 		return
 	}
 	g.tasks.remove(e, groupAt)
+	g.count(grouped, -1)
 	if e.pending {
 		g.pending--
 		c.pendingCount--
@@ -226,11 +230,12 @@ func (c *Cache) leaveGroup(e *taskEntry) {
 func (c *Cache) joinGroup(e *taskEntry, key objKey, pending bool) {
 	g := c.groups[key]
 	if g == nil {
-		g = &taskGroup{key: key, cutoff: cutoffOf(c.jobs[c.jobNames[key]])}
+		g = &taskGroup{key: key, cutoff: cutoffOf(c.jobs[c.jobNames[key]]), exact: true}
 		c.groups[key] = g
 	}
 	g.tasks.add(e, &e.groupAt)
 	e.group, e.pending = g, pending
+	g.count(g.classify(e), +1)
 	if pending {
 		g.pending++
 		c.pendingCount++

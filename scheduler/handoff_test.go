@@ -232,6 +232,13 @@ func (f *fakeBinder) Bind(ctx context.Context, t *api.Task, node string) error {
 	return nil
 }
 
+// boundTo is the node the task was bound to ("" if it was not).
+func (f *fakeBinder) boundTo(uid string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.binds[uid]
+}
+
 func (f *fakeBinder) Binds() map[string]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
