@@ -69,19 +69,47 @@ func PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBooks, minMember 
 // concurrent use; results are PlaceGang's.
 type Planner struct{ p planner }
 
-// PlaceGang is the package's PlaceGang, reusing pl's buffers.
+// PlaceGang is the package's PlaceGang, reusing pl's buffers. Within a
+// round (BeginRound) its plans may differ from PlaceGang's: see there.
 func (pl *Planner) PlaceGang(cfg Config, tasks []*api.Task, nodes []*api.NodeBooks, minMember int, rng *rand.Rand) Result {
-	pl.p.keep = true
-	pl.p.reset(cfg, nodes, rng)
-	res := pl.p.placeGang(tasks, minMember)
+	p := &pl.p
+	p.keep = true
+	p.reset(cfg, nodes, rng)
+	res := p.placeGang(tasks, minMember)
+	p.keepWindow(nodes)
 	// Keep no task and no books alive between calls (the next call sets
-	// up only the slots it reads).
-	clear(pl.p.slots[:pl.p.prepared])
-	pl.p.nodes, pl.p.rng = nil, nil
-	pl.p.facts = taskFacts{}
-	pl.p.winReq = api.Resource{}
-	pl.p.prevFilters = append(pl.p.prevFilters[:0], pl.p.filters...)
+	// up only the slots it reads), but the window a round carries.
+	clear(p.slots[:p.prepared])
+	p.nodes, p.rng = nil, nil
+	p.facts = taskFacts{}
+	p.winReq = api.Resource{}
+	p.prevFilters = append(p.prevFilters[:0], p.filters...)
 	return res
+}
+
+// BeginRound starts a round of calls, such as a scheduling cycle's, in
+// which the caller promises that the books it gives change in place only
+// on the nodes this Planner's plans assigned tasks to (the caller assumes
+// a plan it keeps there, and may drop any plan), and that a slice of
+// nodes given again holds the same books. Within a round, a call whose
+// built-in steps, nodes and task's request and constraints are the last
+// call's starts from the window of the last call's scan (see place)
+// instead of shuffling and scanning the nodes again: the nodes it found
+// feasible keep their scores, and those the last call assigned tasks to
+// are evaluated again. So a stream of one-pod jobs asking the same packs
+// as one gang does, each pod no longer paying for a scan of the sample.
+// Nodes outside the window are still reached in the round's shuffled
+// order once no node of the window can take a task.
+func (pl *Planner) BeginRound() {
+	pl.p.round = true
+	pl.p.carry.clear()
+}
+
+// EndRound ends the round: the next call plans as PlaceGang does, and
+// nothing of the round is kept alive.
+func (pl *Planner) EndRound() {
+	pl.p.round = false
+	pl.p.carry.clear()
 }
 
 func (p *planner) placeGang(tasks []*api.Task, minMember int) Result {
@@ -210,6 +238,47 @@ type planner struct {
 	winEpoch uint64
 	winReq   api.Resource
 	winPos   int
+	// stale are the positions in win, in increasing order, of carried
+	// nodes whose books changed since they were scored (the last call
+	// assigned tasks to them): evaluated again before the window serves.
+	stale []int
+	// fixed is how many leading positions of order the carried window
+	// took (not shuffled).
+	fixed int
+	// round: the Planner is in a round (BeginRound), and carry is the
+	// window its last call left, by node index.
+	round bool
+	carry carriedWindow
+	// placed are the slots tasks were assumed onto in this call; mark is
+	// a buffer of flags by node or slot index.
+	placed []int
+	mark   []bool
+}
+
+// carriedWindow is a window kept from one call of a round to the next:
+// its nodes by index in the call's nodes, which are recognized by their
+// first element's address and their length (the caller keeps a slice it
+// gives again unchanged), the epoch and request it was scanned for, and
+// the steps that scored it.
+type carriedWindow struct {
+	ok       bool
+	first    **api.NodeBooks
+	n        int
+	win      []winNode // slot holds the node's index in nodes
+	touched  []bool    // by position in win: a task was assumed onto it
+	epoch    uint64
+	req      api.Resource
+	scorers  []Scorer
+	weights  []int64
+	sample   int
+	filtersN int
+}
+
+func (c *carriedWindow) clear() {
+	c.ok, c.first, c.req = false, nil, api.Resource{}
+	c.win, c.touched = c.win[:0], c.touched[:0]
+	clear(c.scorers)
+	c.scorers, c.weights = c.scorers[:0], c.weights[:0]
 }
 
 // winNode is one node of the window: its slot and its score for the
@@ -228,7 +297,8 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 	*p = planner{sample: max(cfg.Sample, 0), lazy: true,
 		filters: p.filters[:0], static: p.static[:0], scorers: p.scorers[:0], weights: p.weights[:0],
 		slots: p.slots, order: p.order[:0], nodes: nodes, rng: rng, known: p.known, keep: p.keep, win: p.win[:0], winPos: -1,
-		epoch: p.epoch, cons: p.cons, consSet: p.consSet, prevFilters: p.prevFilters}
+		epoch: p.epoch, cons: p.cons, consSet: p.consSet, prevFilters: p.prevFilters,
+		stale: p.stale[:0], round: p.round, carry: p.carry, placed: p.placed[:0], mark: p.mark}
 	prefix := true
 	for _, f := range cfg.Filters {
 		if f == nil {
@@ -268,11 +338,16 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 	if cap(p.order) < len(nodes) {
 		p.order = make([]int, 0, len(nodes))
 	}
-	for i, b := range nodes {
-		if b != nil {
-			p.order = append(p.order, i)
+	if p.carries(nodes) {
+		p.takeWindow(nodes)
+	} else {
+		for i, b := range nodes {
+			if b != nil {
+				p.order = append(p.order, i)
+			}
 		}
 	}
+	p.carry.ok = false
 	if cap(p.slots) < len(p.order) {
 		p.slots = make([]slot, len(p.order))
 	} else {
@@ -283,7 +358,7 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 		w = min(w, p.sample)
 	}
 	if cap(p.win) < w {
-		p.win = make([]winNode, 0, w)
+		p.win = append(make([]winNode, 0, max(w, len(p.win))), p.win...)
 	}
 	if p.keep && len(p.known) != len(nodes) {
 		p.known = slices.Grow(p.known[:0], len(nodes))[:len(nodes)]
@@ -300,7 +375,7 @@ func (p *planner) reset(cfg Config, nodes []*api.NodeBooks, rng *rand.Rand) {
 func (p *planner) slot(i int) *slot {
 	for ; p.prepared <= i; p.prepared++ {
 		k := p.prepared
-		if p.rng != nil {
+		if p.rng != nil && k >= p.fixed {
 			j := k + p.rng.IntN(len(p.order)-k)
 			p.order[k], p.order[j] = p.order[j], p.order[k]
 		}
@@ -348,6 +423,7 @@ func (p *planner) place(t *api.Task) int {
 	p.begin(t)
 	best, pos := -1, -1
 	if p.lazy && len(p.win) > 0 && p.winEpoch == p.epoch && p.winReq.Equal(t.Request) {
+		p.refresh(t)
 		best, pos = p.fromWindow(t)
 	}
 	if best < 0 {
@@ -355,7 +431,14 @@ func (p *planner) place(t *api.Task) int {
 	}
 	p.winPos = pos
 	if best >= 0 {
-		if s := p.slot(best); p.lazy {
+		if p.round {
+			p.placed = append(p.placed, best)
+		}
+		s := p.slot(best)
+		if !s.ready { // a carried node placed on by its kept score
+			s.materialize()
+		}
+		if p.lazy {
 			s.tally.take(&t.Request)
 		} else {
 			takeFree(&s.view.Free, &t.Request)
@@ -370,7 +453,7 @@ func (p *planner) place(t *api.Task) int {
 // the earlier node in scan order.
 func (p *planner) scan(t *api.Task) (best, pos int) {
 	n := len(p.slots)
-	p.win = p.win[:0]
+	p.win, p.stale = p.win[:0], p.stale[:0]
 	p.winEpoch, p.winReq = p.epoch, t.Request
 	best, pos = -1, -1
 	var bestScore int64
@@ -435,6 +518,108 @@ func (p *planner) fromWindow(t *api.Task) (best, pos int) {
 		}
 	}
 	return best, pos
+}
+
+// refresh evaluates again, for t, the carried nodes of the window whose
+// books changed since they were scored, and drops those that can no
+// longer take it.
+func (p *planner) refresh(t *api.Task) {
+	if len(p.stale) == 0 {
+		return
+	}
+	for k := len(p.stale) - 1; k >= 0; k-- {
+		i := p.stale[k]
+		w := &p.win[i]
+		s := p.slot(w.slot)
+		if _, ok := p.feasible(t, s); ok {
+			w.score = p.score(t, &s.view)
+		} else {
+			p.win = slices.Delete(p.win, i, i+1)
+		}
+	}
+	p.stale = p.stale[:0]
+	p.winPos = -1
+}
+
+// carries reports whether this call of a round may start from the window
+// the last call left: the same built-in steps and sample, and the same
+// nodes. The epoch (reset has settled it) names the same filters and
+// constraints; place checks the request.
+func (p *planner) carries(nodes []*api.NodeBooks) bool {
+	c := &p.carry
+	if !p.round || !c.ok || !p.lazy || len(nodes) == 0 || c.n != len(nodes) || c.first != &nodes[0] ||
+		c.epoch != p.epoch || c.sample != p.sample || c.filtersN != len(p.filters) {
+		return false
+	}
+	return slices.Equal(c.scorers, p.scorers) && slices.Equal(c.weights, p.weights)
+}
+
+// takeWindow puts the carried window's nodes first in the order (not
+// shuffled), the other nodes after them, and makes the carried window
+// this call's: the nodes the last call assigned tasks to are stale, and
+// a scan starts after the window.
+func (p *planner) takeWindow(nodes []*api.NodeBooks) {
+	c := &p.carry
+	p.win = p.win[:0]
+	for k, w := range c.win {
+		p.order = append(p.order, w.slot)
+		if c.touched[k] {
+			p.stale = append(p.stale, len(p.win))
+		}
+		p.win = append(p.win, winNode{slot: k, score: w.score})
+	}
+	p.fixed = len(p.order)
+	p.mark = slices.Grow(p.mark[:0], len(nodes))[:len(nodes)]
+	clear(p.mark)
+	for _, i := range p.order {
+		p.mark[i] = true
+	}
+	for i, b := range nodes {
+		if b != nil && !p.mark[i] {
+			p.order = append(p.order, i)
+		}
+	}
+	p.winEpoch, p.winReq = c.epoch, c.req
+	if n := len(p.order); n > 0 {
+		p.start = p.fixed % n
+	}
+}
+
+// keepWindow keeps, in a round, this call's window for the next call, by
+// node index, marking the nodes tasks were assumed onto.
+func (p *planner) keepWindow(nodes []*api.NodeBooks) {
+	c := &p.carry
+	c.clear()
+	if !p.round || !p.lazy || len(p.win) == 0 || len(nodes) == 0 || p.winEpoch != p.epoch {
+		return
+	}
+	p.mark = slices.Grow(p.mark[:0], len(p.order))[:len(p.order)]
+	clear(p.mark)
+	for _, i := range p.placed {
+		p.mark[i] = true
+	}
+	for _, w := range p.win {
+		c.win = append(c.win, winNode{slot: p.order[w.slot], score: w.score})
+		c.touched = append(c.touched, p.mark[w.slot])
+		p.mark[w.slot] = false
+	}
+	// A node the call placed on may have left the window as full with the
+	// call's own tasks, which the caller may not keep: it comes back, to
+	// be evaluated again.
+	for _, i := range p.placed {
+		if p.mark[i] {
+			p.mark[i] = false
+			c.win = append(c.win, winNode{slot: p.order[i]})
+			c.touched = append(c.touched, true)
+		}
+	}
+	for _, k := range p.stale {
+		c.touched[k] = true // still to be evaluated again
+	}
+	c.ok, c.first, c.n = true, &nodes[0], len(nodes)
+	c.epoch, c.req, c.sample, c.filtersN = p.winEpoch, p.winReq, p.sample, len(p.filters)
+	c.scorers = append(c.scorers, p.scorers...)
+	c.weights = append(c.weights, p.weights...)
 }
 
 // explain runs the filters over every node again for a task that fit

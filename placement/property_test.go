@@ -265,3 +265,82 @@ func TestPlannerReuseMatchesPlaceGang(t *testing.T) {
 		}
 	}
 }
+
+// Within a round, a Planner starts each call from the window its last
+// call left (BeginRound). Driven as a scheduling cycle drives it (gang
+// after gang over the same nodes, many asking what the last asked, each
+// plan kept or dropped, a kept one booked in place on its nodes), every
+// plan is one the greedy rule allows: each task on a node that can take
+// it, with the best score when every node is looked at (Sample 0), and
+// unplaced only when no node can take it. After the round it plans
+// exactly as PlaceGang again.
+func TestPlannerRoundKeepsGreedy(t *testing.T) {
+	var pl Planner
+	carried := 0
+	for seed := uint64(0); seed < 300; seed++ {
+		r := rand.New(rand.NewPCG(seed, 11))
+		nodes := randomCluster(r)
+		cfg := mustConfig(t, []string{StrategyBinPack, StrategySpread}[r.IntN(2)])
+		if r.IntN(5) == 0 {
+			cfg = opaqueConfig(cfg)
+		}
+		if r.IntN(3) == 0 {
+			cfg.Sample = 1 + r.IntN(3)
+		}
+		stream := randomGang(r)[0] // the request a stream of one-pod jobs asks
+		rng := rngFor(seed)
+		pl.BeginRound()
+		for call := range 12 {
+			var tasks []*api.Task
+			if r.IntN(3) != 0 {
+				for k := range 1 + r.IntN(2) {
+					tk := copyTask(stream)
+					tk.UID = fmt.Sprintf("s%d-%d", call, k)
+					tasks = append(tasks, tk)
+				}
+			} else {
+				tasks = randomGang(r)
+				for _, tk := range tasks {
+					tk.UID = fmt.Sprintf("c%d-%s", call, tk.UID)
+				}
+			}
+			m := 0
+			if r.IntN(4) == 0 {
+				m = len(tasks)
+			}
+			before := pl.p.carry.ok
+			res := pl.PlaceGang(cfg, tasks, nodes, m, rng)
+			if before && len(pl.p.order) > 0 && pl.p.fixed > 0 {
+				carried++
+			}
+			ctx := fmt.Sprintf("seed %d call %d", seed, call)
+			if m == 0 || res.OK {
+				checkGreedy(t, ctx, cfg, tasks, nodes, res)
+			}
+			if !res.OK || r.IntN(4) == 0 {
+				continue // dropped: the books stay as they were
+			}
+			for _, tk := range tasks {
+				name, ok := res.Assignments[tk.UID]
+				if !ok {
+					continue
+				}
+				for _, b := range nodes {
+					if b.Node.Name == name {
+						b.Used, _ = b.Used.Add(tk.Request)
+						b.Tasks++
+					}
+				}
+			}
+		}
+		pl.EndRound()
+		tasks := randomGang(r)
+		if got, want := pl.PlaceGang(cfg, tasks, nodes, 0, rngFor(seed)), PlaceGang(cfg, tasks, nodes, 0, rngFor(seed)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: after the round %+v, PlaceGang %+v", seed, got, want)
+		}
+	}
+	if carried < 300 {
+		t.Fatalf("only %d calls started from a carried window", carried)
+	}
+	t.Logf("%d calls started from a carried window", carried)
+}

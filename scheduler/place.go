@@ -39,6 +39,11 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	defer func() {
 		parallel(confirms, s.cfg.AdmitParallelism, func(c confirmReq) { s.confirm(ctx, c.job, c.bound) })
 	}()
+	// One round of the planner: the snapshot's books change only by the
+	// plans assumed below (snap.Book), so a job asking what the last one
+	// asked starts from the nodes the last scan found.
+	s.planner.BeginRound()
+	defer s.planner.EndRound()
 	// The roles first: most of the cluster's jobs are other shards' to
 	// place, and only this shard's are sorted (each job's priority reads
 	// the cache). Then oldest first within a priority, so the

@@ -317,9 +317,11 @@ func (s *Scheduler) BindsInFlight() int {
 
 // nodeSample is how many feasible nodes a task's placement considers out of
 // n, as kube-scheduler's adaptive percentageOfNodesToScore does: 50 % less
-// 1 % per 125 nodes, at least 5 % and at least 100 nodes. Each placement
-// shuffles the nodes first (the scheduler's rng), so successive gangs look
-// at different nodes; within a gang, see placement.Config.Sample.
+// 1 % per 125 nodes, at least 5 % and at least 100 nodes. A cycle's first
+// placement shuffles the nodes (the scheduler's rng), so successive cycles
+// look at different nodes; within a gang, and from one job to the next of
+// a cycle when they ask the same, see placement.Config.Sample and
+// placement.Planner.BeginRound.
 func nodeSample(n int) int {
 	pct := max(50-n/125, 5)
 	return min(n, max(100, n*pct/100))
