@@ -84,8 +84,11 @@
 // (in Used and Releasing) until it is gone. The rule needs no extra walk:
 // each group keeps the cutoff (its job's creation time), and a job event
 // that moves the cutoff (a new UID under the name, a delete) touches the
-// group once, so snapshots copy it again and JobSummary's memo is dropped;
-// a status update of the same PodGroup touches nothing.
+// group once, so snapshots copy it again and the group's summary is
+// counted again from its tasks; a status update of the same PodGroup
+// touches nothing. Otherwise a group's summary moves task by task: each
+// change of a task takes out what the summary counted for it before
+// (groupedAs, as bookedAs does for the books) and adds what it counts now.
 //
 // # Generations
 //

@@ -6,7 +6,8 @@
 // Feasibility and ranking as chains of small typed steps, and the gang
 // plan built from them:
 //
-//	nodes (shuffled once per call by the caller's rng)
+//	nodes (shuffled once per call by the caller's rng, or the last
+//	       call's window first within a round: see Cost)
 //	  │
 //	  ▼  for each task, in the caller's order (priority, then creation):
 //	Filter chain ── OutOfSync → NodeUnschedulable → NodeSelector →
@@ -61,7 +62,11 @@
 // of a task's request is worked out once per task; a Planner reused across
 // a cycle's gangs also keeps, per node, what they read of its allocatable
 // (pods, devices) and the static verdicts, while the same books come back
-// and the constraints do not change. Rejection reasons
+// and the constraints do not change. Within a round (Planner.BeginRound:
+// a cycle, whose books change only where its plans were assumed), a call
+// that asks what the last one asked starts from the window the last scan
+// found, so a stream of one-pod jobs costs what one gang of them does.
+// Rejection reasons
 // are counted only for the first task that fits nowhere, by re-running its
 // (pure) filters, so the placement path does no map work. Steps from other
 // packages keep working; they just take the general path, where Free is
