@@ -615,7 +615,7 @@ func modelMembers(m *model, name string) (want JobSummary, members []string, any
 			continue
 		case tk.NodeName != "":
 			want.Bound++
-			addRequest(&want.Allocated, tk.Request)
+			want.Allocated, _ = want.Allocated.Add(tk.Request.With(api.Pods, 0))
 		default:
 			want.Pending++
 		}

@@ -71,7 +71,7 @@ func (g *taskGroup) countAll() (s JobSummary, top int, exact bool) {
 		case classBound, classPending:
 			if a.class == classBound {
 				s.Bound++
-				exact = addRequest(&s.Allocated, a.req) && exact
+				exact = addAllocated(&s.Allocated, a.req, +1) && exact
 			} else {
 				s.Pending++
 			}
@@ -182,9 +182,11 @@ func (g *taskGroup) recount() {
 }
 
 // addAllocated adds (sign +1) or takes out (−1) r, without the "pods"
-// scalar, into dst in place, dropping scalars that come to zero; false
-// if a value of r is negative or a sum saturated (dst is then not to be
-// trusted).
+// scalar, into dst in place, saturating instead of overflowing and
+// dropping scalars that come to zero. It reports whether the sum is exact:
+// false if a value of r is negative (left out, as the books leave it) or
+// a sum saturated, and a summary kept task by task is then counted again
+// from its tasks when asked.
 func addAllocated(dst *api.Resource, r api.Resource, sign int) bool {
 	ok := true
 	add := func(cur, v int64) int64 {
@@ -227,30 +229,6 @@ func (s JobSummary) clone() JobSummary {
 		s.Allocated = s.Allocated.Clone()
 	}
 	return s
-}
-
-// addRequest adds r (without "pods") into dst in place, saturating instead
-// of overflowing; it allocates only for scalars. It reports whether the
-// sum is exact: no value of r negative, none saturated.
-func addRequest(dst *api.Resource, r api.Resource) bool {
-	ok := true
-	add := func(a, b int64) int64 {
-		v, exact := satAdd(a, b) // clamped to the int64 range
-		ok = ok && exact && b >= 0
-		return v
-	}
-	dst.MilliCPU = add(dst.MilliCPU, r.MilliCPU)
-	dst.Memory = add(dst.Memory, r.Memory)
-	for k, v := range r.Scalars {
-		if k == api.Pods || v == 0 {
-			continue
-		}
-		if dst.Scalars == nil {
-			dst.Scalars = map[string]int64{}
-		}
-		dst.Scalars[k] = add(dst.Scalars[k], v)
-	}
-	return ok
 }
 
 // JobTasks returns shallow copies (their maps and slices shared with the
