@@ -59,29 +59,8 @@ func (c *Cache) JobSummary(namespace, job string) JobSummary {
 func (g *taskGroup) countAll() (s JobSummary, top int, exact bool) {
 	exact = true
 	for _, e := range g.tasks {
-		a := g.classify(e)
-		switch a.class {
-		case classPredecessor:
-			s.Predecessors++
-		case classSucceeded:
-			s.Done++
-		case classFailed:
-			s.Done++
-			s.Failed++
-		case classBound, classPending:
-			if a.class == classBound {
-				s.Bound++
-				exact = addAllocated(&s.Allocated, a.req, +1) && exact
-			} else {
-				s.Pending++
-			}
-			switch {
-			case s.Pending+s.Bound == 1 || a.prio > s.Priority:
-				s.Priority, top = a.prio, 1
-			case a.prio == s.Priority:
-				top++
-			}
-		}
+		ok, _ := s.tally(&top, g.classify(e), +1)
+		exact = exact && ok
 	}
 	return s, top, exact
 }
@@ -139,9 +118,21 @@ func (g *taskGroup) count(a groupedAs, sign int) {
 	if !g.exact {
 		return
 	}
-	s := &g.sum
+	switch exact, stale := g.sum.tally(&g.top, a, sign); {
+	case !exact:
+		g.exact = false
+	case stale:
+		g.recount() // the highest priority left: which is it now?
+	}
+}
+
+// tally adds (sign +1) or takes out (−1) what a says to s, whose live
+// members at its Priority number *top. exact is false if a's request did
+// not add up exactly; stale if the last live member at s.Priority left
+// while others stay, so that s.Priority must be counted again.
+func (s *JobSummary) tally(top *int, a groupedAs, sign int) (exact, stale bool) {
+	exact = true
 	switch a.class {
-	case classNone:
 	case classPredecessor:
 		s.Predecessors += sign
 	case classSucceeded:
@@ -149,30 +140,35 @@ func (g *taskGroup) count(a groupedAs, sign int) {
 	case classFailed:
 		s.Done += sign
 		s.Failed += sign
-	case classBound, classPending:
-		if a.class == classBound {
-			s.Bound += sign
-			if !addAllocated(&s.Allocated, a.req, sign) {
-				g.exact = false
-				return
-			}
-		} else {
-			s.Pending += sign
-		}
-		live := s.Pending + s.Bound
-		switch {
-		case sign > 0 && (live == 1 || a.prio > s.Priority):
-			s.Priority, g.top = a.prio, 1
-		case sign > 0 && a.prio == s.Priority:
-			g.top++
-		case sign < 0 && live == 0:
-			s.Priority, g.top = 0, 0
-		case sign < 0 && a.prio == s.Priority:
-			if g.top--; g.top == 0 {
-				g.recount() // the highest priority left: which is it now?
-			}
-		}
+	case classBound:
+		s.Bound += sign
+		exact = addAllocated(&s.Allocated, a.req, sign)
+		stale = s.notePriority(top, a.prio, sign)
+	case classPending:
+		s.Pending += sign
+		stale = s.notePriority(top, a.prio, sign)
 	}
+	return exact, stale
+}
+
+// notePriority keeps s.Priority the highest priority of the live members
+// (0 without any) and *top how many have it, as a live member with
+// priority p joins (sign +1) or leaves (−1); it reports a leave that
+// leaves no live member at s.Priority while others stay.
+func (s *JobSummary) notePriority(top *int, p int32, sign int) (stale bool) {
+	live := s.Pending + s.Bound
+	switch {
+	case sign > 0 && (live == 1 || p > s.Priority):
+		s.Priority, *top = p, 1
+	case sign > 0 && p == s.Priority:
+		*top++
+	case sign < 0 && live == 0:
+		s.Priority, *top = 0, 0
+	case sign < 0 && p == s.Priority:
+		*top--
+		return *top == 0
+	}
+	return false
 }
 
 // recount sets g's summary from its tasks (after its membership rule

@@ -3,11 +3,11 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/bench/procstat"
 	"github.com/shardsched/shardsched/wire"
 )
 
@@ -102,11 +102,7 @@ func BenchmarkCycleManyJobs(b *testing.B) {
 		r.s.Cycle(ctx)
 		r.advance(DefaultConfig().CycleInterval)
 	}
-	for deadline := time.Now().Add(30 * time.Second); r.s.BindsInFlight() > 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatal("binds still in flight after 30 s")
-		}
-	}
+	r.waitBinds(b, 30*time.Second)
 	if got := r.s.Stats().Binds; got != 15000 {
 		b.Fatalf("%d of 15000 pods bound before the benchmark", got)
 	}
@@ -209,11 +205,7 @@ func BenchmarkStreamCycle(b *testing.B) {
 			}
 		}
 		r.s.Cycle(ctx)
-		for deadline := time.Now().Add(30 * time.Second); r.s.BindsInFlight() > 0; time.Sleep(50 * time.Microsecond) {
-			if time.Now().After(deadline) {
-				b.Fatal("binds still in flight after 30 s")
-			}
-		}
+		r.waitBinds(b, 30*time.Second)
 		for ; seen < len(made); seen++ {
 			t := made[seen]
 			node := r.binder.boundTo(t.UID)
@@ -234,24 +226,14 @@ func BenchmarkStreamCycle(b *testing.B) {
 		b.Fatalf("%d pods bound while filling, want about %d", got, want)
 	}
 	b.ReportAllocs()
-	start, cpu0 := r.s.Stats().Binds, processCPU(b)
+	start, cpu0 := r.s.Stats().Binds, procstat.CPU()
 	for b.Loop() {
 		step()
 	}
-	placed, cpu := r.s.Stats().Binds-start, processCPU(b)-cpu0
+	placed, cpu := r.s.Stats().Binds-start, procstat.CPU()-cpu0
 	if placed < int64(b.N*perCycle)-perCycle {
 		b.Fatalf("%d pods placed in %d cycles of %d new pods", placed, b.N, perCycle)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(placed, 1)), "ns/pod")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(max(placed, 1)), "cpu-ns/pod")
-}
-
-// processCPU is the CPU time this process has used so far (user and
-// system, every thread: the bind workers' and the collector's too).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatalf("getrusage: %v", err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

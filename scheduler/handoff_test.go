@@ -534,17 +534,22 @@ func (r *rig) cycles(t *testing.T, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		r.s.Cycle(context.Background())
-		deadline := time.Now().Add(5 * time.Second)
-		for r.s.BindsInFlight() > 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("binds still in flight after 5s")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		r.waitBinds(t, 5*time.Second)
 		if r.afterCycle != nil {
 			r.afterCycle()
 		}
 		r.advance(100 * time.Millisecond)
+	}
+}
+
+// waitBinds waits until the bind workers have no bind queued or in
+// flight, failing tb after limit.
+func (r *rig) waitBinds(tb testing.TB, limit time.Duration) {
+	tb.Helper()
+	for deadline := time.Now().Add(limit); r.s.BindsInFlight() > 0; time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("binds still in flight after %v", limit)
+		}
 	}
 }
 
