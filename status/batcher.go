@@ -50,9 +50,9 @@ type Stats struct {
 	// retried, and the object's last written value is forgotten, so that
 	// the shard writes it again if it becomes the owner once more.
 	Fenced uint64
-	// Held counts the times a flush left a PodGroup's value pending
-	// because only its counts changed within Config.CountsEvery of its
-	// last write.
+	// Held counts the times a flush left a value pending: a PodGroup's
+	// whose counts alone changed within Config.CountsEvery of its last
+	// write, or a busy Queue's within Config.QueueCountsEvery.
 	Held uint64
 }
 
@@ -109,7 +109,8 @@ type table[V any] struct {
 	equal   func(a, b V) bool
 	clone   func(V) V
 	// minor, when set, tells a new value that may wait holdFor after the
-	// last write (Config.CountsEvery) from one that may not.
+	// last write (Config.CountsEvery, QueueCountsEvery) from one that may
+	// not.
 	minor   func(want, written V) bool
 	holdFor time.Duration
 }
@@ -145,6 +146,8 @@ func New(w Writer, cfg Config) (*Batcher, error) {
 	close(closed)
 	groups := newTable(jobStatusEqual, cloneJobStatus)
 	groups.minor, groups.holdFor = countsOnly, cfg.CountsEvery
+	queues := newTable(queueStatusEqual, cloneQueueStatus)
+	queues.minor, queues.holdFor = queueStillBusy, cfg.QueueCountsEvery
 	return &Batcher{
 		w:         w,
 		cfg:       cfg,
@@ -152,7 +155,7 @@ func New(w Writer, cfg Config) (*Batcher, error) {
 		closed:    closed,
 		newTicker: realTicker,
 		now:       time.Now,
-		queues:    newTable(queueStatusEqual, cloneQueueStatus),
+		queues:    queues,
 		groups:    groups,
 	}, nil
 }

@@ -561,3 +561,68 @@ func TestCountsOnlyChangeIsHeld(t *testing.T) {
 		t.Fatalf("stats %+v, want nothing pending", st)
 	}
 }
+
+// A busy Queue's new status is written at most every QueueCountsEvery (at a
+// tick flush); going idle or leaving idle goes out at the next flush.
+func TestQueueHeldWhileBusy(t *testing.T) {
+	w := newFakeWriter()
+	b := newTestBatcher(t, w, func(c *Config) { c.QueueCountsEvery = 5 * time.Second })
+	var clock atomic.Int64 // seconds after t0
+	t0 := time.Now()
+	b.now = func() time.Time { return t0.Add(time.Duration(clock.Load()) * time.Second) }
+	ticker := useFakeTicker(b)
+	startRun(t, b)
+	busy := func(running int32) api.QueueStatus {
+		return api.QueueStatus{Running: running, Allocated: api.Resource{MilliCPU: 1000 * int64(running)}}
+	}
+	last := func() (api.QueueStatus, int) {
+		ws := w.queueWrites("q")
+		if len(ws) == 0 {
+			return api.QueueStatus{}, 0
+		}
+		return ws[len(ws)-1], len(ws)
+	}
+
+	b.SetQueue("q", busy(1)) // leaving idle (nothing written yet)
+	ticker.tick(t, b)
+	if _, n := last(); n != 1 {
+		t.Fatalf("%d writes of the first value, want 1", n)
+	}
+	clock.Store(1)
+	b.SetQueue("q", busy(2))
+	ticker.tick(t, b)
+	if _, n := last(); n != 1 || b.Stats().Held != 1 {
+		t.Fatalf("a busy queue's change 1 s after its write: %d writes, stats %+v; want it held", n, b.Stats())
+	}
+	clock.Store(5)
+	ticker.tick(t, b)
+	if st, n := last(); n != 2 || st.Running != 2 {
+		t.Fatalf("writes %v, want the held value written once 5 s passed", w.queueWrites("q"))
+	}
+	// Going idle is written at once, and so is leaving idle.
+	clock.Store(6)
+	b.SetQueue("q", api.QueueStatus{})
+	ticker.tick(t, b)
+	if st, n := last(); n != 3 || !queueIdle(st) {
+		t.Fatalf("writes %v, want the idle status written at once", w.queueWrites("q"))
+	}
+	clock.Store(7)
+	b.SetQueue("q", api.QueueStatus{Pending: 1})
+	ticker.tick(t, b)
+	if st, n := last(); n != 4 || st.Pending != 1 {
+		t.Fatalf("writes %v, want a queue leaving idle written at once", w.queueWrites("q"))
+	}
+	// Flush writes a held value.
+	clock.Store(8)
+	b.SetQueue("q", api.QueueStatus{Pending: 2})
+	ticker.tick(t, b)
+	if _, n := last(); n != 4 {
+		t.Fatalf("%d writes, want the busy queue's change held", n)
+	}
+	if err := b.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st, n := last(); n != 5 || st.Pending != 2 {
+		t.Fatalf("writes %v, want Flush to write the held value", w.queueWrites("q"))
+	}
+}

@@ -30,6 +30,14 @@ type Config struct {
 	// at 1,000 nodes, ~0.3 ms of kube-apiserver CPU per pod). Flush and
 	// Run's final flush write held values too. 0 holds nothing. Default 5s.
 	CountsEvery time.Duration
+	// QueueCountsEvery is the same for a Queue: a new status of a queue
+	// that was busy when last written and is still busy (some job pending,
+	// in queue or running, or something allocated) waits this long after
+	// that write; a queue going idle or leaving idle is written at the next
+	// flush. A queue in a stream of pods otherwise cost a write every
+	// Interval, each ~2.8 ms of kube-apiserver CPU (BenchmarkQueueStatusWrite
+	// in internal/kube). 0 holds nothing. Default 5s.
+	QueueCountsEvery time.Duration
 	// Tracer provides a span per flush; nil means no tracing.
 	Tracer trace.TracerProvider
 }
@@ -41,6 +49,8 @@ const (
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultConcurrency  = 8
 	DefaultCountsEvery  = 5 * time.Second
+	// DefaultQueueCountsEvery is Config.QueueCountsEvery's default.
+	DefaultQueueCountsEvery = 5 * time.Second
 )
 
 // maxConcurrency bounds Concurrency: more parallel writes than this from one
@@ -57,6 +67,8 @@ func DefaultConfig() Config {
 		WriteTimeout: DefaultWriteTimeout,
 		Concurrency:  DefaultConcurrency,
 		CountsEvery:  DefaultCountsEvery,
+
+		QueueCountsEvery: DefaultQueueCountsEvery,
 	}
 }
 
@@ -73,6 +85,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("status Concurrency %d: must be between 1 and %d", c.Concurrency, maxConcurrency)
 	case c.CountsEvery < 0:
 		return fmt.Errorf("status CountsEvery %v: must not be negative", c.CountsEvery)
+	case c.QueueCountsEvery < 0:
+		return fmt.Errorf("status QueueCountsEvery %v: must not be negative", c.QueueCountsEvery)
 	}
 	return nil
 }

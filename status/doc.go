@@ -21,7 +21,11 @@
 // every flush, at an API server cost per pod close to a pod's own status
 // patch. Its phase and conditions, which controllers act on (Volcano's job
 // controller creates a job's pods once its PodGroup is Inqueue), go out at
-// the next flush as any other change.
+// the next flush as any other change. A Queue that was busy when last
+// written and is busy still (a job pending, in queue or running, or
+// something allocated) is written at most every QueueCountsEvery: in a
+// stream of pods every busy queue changes at every flush. A queue going
+// idle or leaving idle goes out at the next flush.
 //
 // # What it must never do (F3)
 //

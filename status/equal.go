@@ -41,6 +41,18 @@ func countsOnly(a, b api.JobStatus) bool {
 	return jobStatusEqual(a, b)
 }
 
+// queueStillBusy reports whether a Queue's new status may wait
+// (Config.QueueCountsEvery): the queue was busy when last written and is
+// busy still. Going idle or leaving idle is written at once.
+func queueStillBusy(want, written api.QueueStatus) bool {
+	return !queueIdle(want) && !queueIdle(written)
+}
+
+// queueIdle reports whether a queue has no job and nothing allocated.
+func queueIdle(s api.QueueStatus) bool {
+	return s.Pending == 0 && s.Running == 0 && s.Inqueue == 0 && s.Allocated.IsZero()
+}
+
 func cloneJobStatus(s api.JobStatus) api.JobStatus {
 	s.Conditions = slices.Clone(s.Conditions)
 	return s

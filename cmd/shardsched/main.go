@@ -48,6 +48,7 @@ type options struct {
 	pools                                         *regexp.Regexp // nodePools compiled by parse
 	bindWorkers                                   int
 	statusFlush, groupCounts, cycleInterval       time.Duration
+	queueCounts                                   time.Duration
 	httpAddr, coordAddr, coordAdvertise, logLevel string
 	shutdownTimeout                               time.Duration
 	implicitGroups                                bool
@@ -90,6 +91,7 @@ func parse(args []string) (options, error) {
 	fs.IntVar(&o.sessionTTL, "session-ttl", 10, "etcd session TTL in seconds")
 	fs.DurationVar(&o.statusFlush, "status-flush-interval", time.Second, "Queue/PodGroup status flush interval")
 	fs.DurationVar(&o.groupCounts, "podgroup-counts-interval", status.DefaultCountsEvery, "least time between two status writes of a PodGroup when only its running/succeeded/failed counts changed (a phase or condition change is written at the next flush); 0 writes counts at every flush")
+	fs.DurationVar(&o.queueCounts, "queue-counts-interval", status.DefaultQueueCountsEvery, "least time between two status writes of a Queue that was busy when last written and is busy still (a queue going idle or leaving idle is written at the next flush); 0 writes at every flush")
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz, /readyz")
 	fs.BoolVar(&o.listFirst, "informer-list-first", false, "pod and node informers list the cluster first, then watch, instead of taking their initial state as a stream of watch events (client-go's watch-list): a faster start for more memory while the list is decoded, on the shard and on the API server")
 	fs.BoolVar(&o.profiling, "profiling", false, "also serve Go's profiles under /debug/pprof/ on --http-addr (as kube-scheduler's --profiling)")
@@ -142,6 +144,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--status-flush-interval=%s: must be between 10ms and 10m", o.statusFlush)
 	case o.groupCounts < 0 || o.groupCounts > 10*time.Minute:
 		return fmt.Errorf("--podgroup-counts-interval=%s: must be between 0 and 10m", o.groupCounts)
+	case o.queueCounts < 0 || o.queueCounts > 10*time.Minute:
+		return fmt.Errorf("--queue-counts-interval=%s: must be between 0 and 10m", o.queueCounts)
 	case o.gossipPort < 0 || o.gossipPort > 65535:
 		return fmt.Errorf("--gossip-port=%d: must be 0..65535", o.gossipPort)
 	case o.gossipAdvertisePort < 0 || o.gossipAdvertisePort > 65535:
@@ -300,6 +304,7 @@ func run(o options, log *slog.Logger) error {
 	stCfg := status.DefaultConfig()
 	stCfg.Interval = o.statusFlush
 	stCfg.CountsEvery = o.groupCounts
+	stCfg.QueueCountsEvery = o.queueCounts
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

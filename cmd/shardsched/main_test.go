@@ -28,6 +28,7 @@ func TestFlagsValidateNamesTheFlag(t *testing.T) {
 		{append(base, "--cycle-interval=0s"), "--cycle-interval"},
 		{append(base, "--cycle-interval=1m"), "--cycle-interval"},
 		{append(base, "--podgroup-counts-interval=-1s"), "--podgroup-counts-interval"},
+		{append(base, "--queue-counts-interval=11m"), "--queue-counts-interval"},
 		{append(base, "--gossip-port=70000"), "--gossip-port"},
 		{append(base, "--gossip-advertise-port=-2"), "--gossip-advertise-port"},
 		{append(base, "--etcd-cert-file=/x"), "--etcd-cert-file"},

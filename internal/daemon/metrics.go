@@ -46,7 +46,7 @@ func (d *Daemon) registerMetrics() *prometheus.Registry {
 	counter("binds_total", "Pods bound.", func() float64 { return float64(st().Binds) })
 	counter("bind_failures_total", "Bind calls that failed.", func() float64 { return float64(st().BindFailures) })
 	counter("status_fenced_total", "Queue status values dropped because this shard no longer held the queue's record.", func() float64 { return float64(d.Status.Stats().Fenced) })
-	counter("status_held_total", "Times a flush held a PodGroup status whose counts alone changed within --podgroup-counts-interval of its last write.", func() float64 { return float64(d.Status.Stats().Held) })
+	counter("status_held_total", "Times a flush held a status: a PodGroup's whose counts alone changed within --podgroup-counts-interval of its last write, or a busy Queue's within --queue-counts-interval.", func() float64 { return float64(d.Status.Stats().Held) })
 	counter("reservations_orphaned_total", "Reservations released by reconciliation because no job they could cover exists.", func() float64 { return float64(st().Orphans) })
 	counter("reservations_lost_total", "Admissions found without their reservation (gone with an expired session lease) and asked for again.", func() float64 { return float64(st().LostReservations) })
 	counter("starvation_holds_total", "Node holds started for gangs that waited too long for room (see scheduler/hold.go).", func() float64 { return float64(st().Holds) })
