@@ -305,6 +305,25 @@ func TestGangAllOrNothing(t *testing.T) {
 	}
 	ev.nodes("gang-b", 4, "8", "32Gi")
 	testenv.Eventually(ev.t, 30*time.Second, func() bool { return ev.boundCount("gang", 8) == 8 }, "all 8 gang pods are bound")
+	// In a quiet cluster every bind gets its Scheduled event, naming the
+	// node the pod is bound to (events are dropped only when the writer
+	// falls a thousand behind: README, Decisions).
+	for i := 0; i < 8; i++ {
+		name := fmt.Sprintf("gang-%d", i)
+		node := ev.nodeOf(name)
+		testenv.Eventually(ev.t, 10*time.Second, func() bool {
+			evs, err := ev.cs.CoreV1().Events(ev.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+			if err != nil {
+				return false
+			}
+			for _, e := range evs.Items {
+				if e.Reason == "Scheduled" && strings.HasSuffix(e.Message, " to "+node) {
+					return true
+				}
+			}
+			return false
+		}, "%s's Scheduled event names its node %s", name, node)
+	}
 	// Once the gang is bound its reservation is confirmed (durable without
 	// the shard's session).
 	pg, err := ev.vc.SchedulingV1beta1().PodGroups(ev.ns).Get(context.Background(), "gang", metav1.GetOptions{})
