@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"sync"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -463,11 +466,68 @@ func createPods(ctx context.Context, create func(context.Context, *corev1.Pod) (
 	return time.Since(start), errors.Join(errs...)
 }
 
-// podCreator is the API server's create call for pods in namespace.
+// podCreator is the API server's create call for pods in namespace,
+// retried as createRetrying says.
 func podCreator(cs kubernetes.Interface, namespace string) func(context.Context, *corev1.Pod) (*corev1.Pod, error) {
 	return func(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
-		return cs.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+		return createRetrying(ctx, createBackoff(),
+			func(ctx context.Context) (*corev1.Pod, error) {
+				return cs.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+			},
+			func(ctx context.Context) (*corev1.Pod, error) {
+				return cs.CoreV1().Pods(namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			})
 	}
+}
+
+// createBackoff paces the retries of one pod's create: about a minute in
+// all before the run fails.
+func createBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 10, Cap: 10 * time.Second}
+}
+
+// createRetrying makes one pod's create call, and makes it again, paced by
+// b, when a slow or overloaded API server fails it for itself: a lost
+// connection (at 250,000 pods, every create in flight on the HTTP/2
+// connection failed at once and ended a run of an hour), a timeout, 429 or
+// 5xx. A create refused for what it asks (any other 4xx) is not retried.
+// A retry answered AlreadyExists means an earlier attempt landed and its
+// answer was lost: the pod is read back with get and the create succeeded.
+func createRetrying(ctx context.Context, b wait.Backoff, create, get func(context.Context) (*corev1.Pod, error)) (*corev1.Pod, error) {
+	var out *corev1.Pod
+	var last error
+	attempts := 0
+	err := wait.ExponentialBackoffWithContext(ctx, b, func(ctx context.Context) (bool, error) {
+		attempts++
+		p, err := create(ctx)
+		if attempts > 1 && apierrors.IsAlreadyExists(err) {
+			p, err = get(ctx)
+		}
+		switch {
+		case err == nil:
+			out = p
+			return true, nil
+		case ctx.Err() != nil || !serverFault(err):
+			return false, err
+		}
+		last = err
+		return false, nil
+	})
+	if err != nil && last != nil && ctx.Err() == nil && wait.Interrupted(err) {
+		return nil, fmt.Errorf("%w (%d attempts)", last, attempts)
+	}
+	return out, err
+}
+
+// serverFault reports whether err is the API server's or the connection's
+// fault rather than the request's: 429, 5xx, or no answer at all.
+func serverFault(err error) bool {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		code := st.Status().Code
+		return code == http.StatusTooManyRequests || code >= http.StatusInternalServerError
+	}
+	return true
 }
 
 // waitFor polls done every 50 ms until it reports true or an error, ctx
