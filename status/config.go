@@ -35,7 +35,7 @@ type Config struct {
 	// in queue or running, or something allocated) waits this long after
 	// that write; a queue going idle or leaving idle is written at the next
 	// flush. A queue in a stream of pods otherwise cost a write every
-	// Interval, each ~2.8 ms of kube-apiserver CPU (BenchmarkQueueStatusWrite
+	// Interval, each 2.4-3.8 ms of kube-apiserver CPU (BenchmarkQueueStatusWrite
 	// in internal/kube). 0 holds nothing. Default 5s.
 	QueueCountsEvery time.Duration
 	// Tracer provides a span per flush; nil means no tracing.
