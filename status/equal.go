@@ -48,10 +48,9 @@ func queueStillBusy(want, written api.QueueStatus) bool {
 	return !queueIdle(want) && !queueIdle(written)
 }
 
-// queueIdle reports whether a queue has no job and nothing allocated.
-func queueIdle(s api.QueueStatus) bool {
-	return s.Pending == 0 && s.Running == 0 && s.Inqueue == 0 && s.Allocated.IsZero()
-}
+// queueIdle reports whether a queue has no job and nothing allocated: its
+// status equals the zero one (queueStatusEqual names every field).
+func queueIdle(s api.QueueStatus) bool { return queueStatusEqual(s, api.QueueStatus{}) }
 
 func cloneJobStatus(s api.JobStatus) api.JobStatus {
 	s.Conditions = slices.Clone(s.Conditions)

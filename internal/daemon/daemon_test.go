@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -312,16 +313,7 @@ func TestGangAllOrNothing(t *testing.T) {
 		name := fmt.Sprintf("gang-%d", i)
 		node := ev.nodeOf(name)
 		testenv.Eventually(ev.t, 10*time.Second, func() bool {
-			evs, err := ev.cs.CoreV1().Events(ev.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-			if err != nil {
-				return false
-			}
-			for _, e := range evs.Items {
-				if e.Reason == "Scheduled" && strings.HasSuffix(e.Message, " to "+node) {
-					return true
-				}
-			}
-			return false
+			return slices.ContainsFunc(ev.eventMessages(name, "Scheduled"), func(m string) bool { return strings.HasSuffix(m, " to "+node) })
 		}, "%s's Scheduled event names its node %s", name, node)
 	}
 	// Once the gang is bound its reservation is confirmed (durable without
@@ -356,13 +348,9 @@ func TestFailedSchedulingEvent(t *testing.T) {
 	ev.podGroup("lonely", "default", 1)
 	ev.pod("lonely-0", "lonely", "1", "1Gi", map[string]string{"disktype": "nvme-that-does-not-exist"})
 	testenv.Eventually(ev.t, 30*time.Second, func() bool {
-		evs, err := ev.cs.CoreV1().Events(ev.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=lonely-0"})
-		if err != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "FailedScheduling" && strings.Contains(e.Message, "node") {
-				t.Logf("event: %s", e.Message)
+		for _, m := range ev.eventMessages("lonely-0", "FailedScheduling") {
+			if strings.Contains(m, "node") {
+				t.Logf("event: %s", m)
 				return true
 			}
 		}

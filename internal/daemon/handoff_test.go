@@ -202,7 +202,7 @@ func TestGangHandedToShardWithRoom(t *testing.T) {
 	ev.pod("huge-0", "huge", "20", "1Gi", nil)
 	want := "0/3 nodes are available: 2 node(s) placed by other shards, none of which reported room for it, 1 Insufficient cpu."
 	testenv.Eventually(ev.t, 30*time.Second, func() bool {
-		return slices.Contains(ev.failedSchedulingMessages("huge-0"), want)
+		return slices.Contains(ev.eventMessages("huge-0", "FailedScheduling"), want)
 	}, "the FailedScheduling message counts the 3 nodes of the cluster")
 	out, err := ev.kubectl("explain", "pod", "huge-0")
 	if err != nil || !strings.Contains(out, "0/3 nodes are available: 3 Insufficient cpu.") {

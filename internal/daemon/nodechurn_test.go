@@ -98,15 +98,15 @@ func (ev *env) nodeCPU(ctx context.Context, node string) (int64, error) {
 	return q.MilliValue(), nil
 }
 
-// failedSchedulingMessages lists the FailedScheduling messages of a pod.
-func (ev *env) failedSchedulingMessages(pod string) []string {
+// eventMessages lists the messages of a pod's events with reason.
+func (ev *env) eventMessages(pod, reason string) []string {
 	evs, err := ev.cs.CoreV1().Events(ev.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
 	if err != nil {
 		return nil
 	}
 	var out []string
 	for _, e := range evs.Items {
-		if e.Reason == "FailedScheduling" {
+		if e.Reason == reason {
 			out = append(out, e.Message)
 		}
 	}

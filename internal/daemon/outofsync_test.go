@@ -89,7 +89,7 @@ func TestAllocatableShrinkMarksNodeOutOfSync(t *testing.T) {
 		t.Fatalf("the unconstrained pod went to %q, want %s (%s is out of sync)", n, b, a)
 	}
 	testenv.Eventually(ev.t, 30*time.Second, func() bool {
-		for _, m := range ev.failedSchedulingMessages("f2-sel-0") {
+		for _, m := range ev.eventMessages("f2-sel-0", "FailedScheduling") {
 			if strings.Contains(m, "out of sync") {
 				t.Logf("event: %s", m)
 				return true
