@@ -15,11 +15,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -50,6 +52,9 @@ type options struct {
 	ceiling    bool
 	cpuprofile string
 	memprofile string
+	// cpuSplit: each coordinator run's CPU per reservation by part of the
+	// process (leader, clients, etcd), from a CPU profile's labels.
+	cpuSplit bool
 	// jsonBatches: the coordinator's runs with its clients' batches in
 	// JSON, CBOR, or both (each run as its own row).
 	jsonBatches []bool
@@ -79,6 +84,7 @@ func main() {
 	flag.BoolVar(&o.ceiling, "etcd-ceiling", false, "also measure etcd alone: Txns of -max-group-ops reservation-sized puts under a lease, guarded like the leader's, with 1, 2, 4 and 8 in flight (the most any layout of one key per reservation can reach, pipelined or not)")
 	codecs := flag.String("codecs", "cbor", "comma-separated wire formats of the clients' batches to the leader, each its own coordinator run: cbor (what a client sends to a leader that reads it), json (ClientConfig.JSONBatches)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the coordinator's runs (not the naive baseline's) to this file; with several configurations, one file each, named <file>.<clients>x<inflight>, and with several -codecs .<codec>.<run> after it")
+	flag.BoolVar(&o.cpuSplit, "cpu-split", false, "profile each coordinator run and print its CPU per reservation by part of the process: the leader (its HTTP serving, decoding, ledger and etcd client), the clients, etcd, and the rest (the collector's background workers, the runtime), with the rate each part's CPU alone would allow on one core")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write the allocations profile (pprof's alloc_space and alloc_objects) at the end of each coordinator run to this file, named as -cpuprofile's; it counts every allocation of the process up to that point, the runs before included")
 	flag.Parse()
 	var err error
@@ -132,7 +138,11 @@ func (s stats) pct(p float64) time.Duration {
 }
 
 func run(o options) error {
-	e, err := cluster.StartEtcd(cluster.EtcdOptions{NoFsync: o.noFsync, LogLevel: "fatal", MaxTxnOps: uint(max(o.groupOps, 128))})
+	var e *cluster.Etcd
+	var err error
+	inPart(context.Background(), partEtcd, func(context.Context) {
+		e, err = cluster.StartEtcd(cluster.EtcdOptions{NoFsync: o.noFsync, LogLevel: "fatal", MaxTxnOps: uint(max(o.groupOps, 128))})
+	})
 	if err != nil {
 		return err
 	}
@@ -148,22 +158,31 @@ func run(o options) error {
 		specs = append(specs, api.QueueSpec{Name: leaf, Parent: fmt.Sprintf("p%d", i%2)})
 	}
 
-	// The coordinator: one participant, which leads.
-	scli, err := newCli()
-	if err != nil {
-		return err
-	}
-	defer scli.Close()
+	// The coordinator: one participant, which leads. Its etcd client's
+	// goroutines and its own (the leader's loop, the HTTP server's) are
+	// started under the leader's label.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	cfg := coordinator.DefaultConfig()
 	cfg.GroupDelay = o.groupDelay
 	cfg.MaxGroupOps = o.groupOps
-	srv, err := coordinator.NewServer(scli, cfg)
+	var scli *clientv3.Client
+	var srv *coordinator.Server
+	inPart(ctx, partLeader, func(ctx context.Context) {
+		if scli, err = newCli(); err != nil {
+			return
+		}
+		if srv, err = coordinator.NewServer(scli, cfg); err != nil {
+			return
+		}
+		go func() { _ = srv.Run(ctx) }()
+	})
+	if scli != nil {
+		defer scli.Close()
+	}
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = srv.Run(ctx) }()
 	for deadline := time.Now().Add(10 * time.Second); !srv.IsLeader(); {
 		if time.Now().After(deadline) {
 			return errors.New("coordinator did not become leader")
@@ -193,19 +212,30 @@ func run(o options) error {
 				if len(o.jsonBatches) > 1 {
 					suffix += fmt.Sprintf(".%s.%d", codecName(jsonBatches), round)
 				}
-				stopProfile, err := startProfile(o, suffix)
+				var split bytes.Buffer
+				stopProfile, err := startProfile(o, suffix, &split)
 				if err != nil {
 					return err
 				}
 				var m0, m1 runtime.MemStats
-				s, err := runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, jsonBatches, func() { runtime.ReadMemStats(&m0) }, func() {
-					st = srv.Stats()
-					runtime.ReadMemStats(&m1)
-					stopProfile()
+				var s stats
+				inPart(ctx, partClients, func(ctx context.Context) {
+					s, err = runCoordinator(ctx, newCli, cfg, specs, leaves, n, inf, o.duration, round, jsonBatches, func() { runtime.ReadMemStats(&m0) }, func() {
+						st = srv.Stats()
+						runtime.ReadMemStats(&m1)
+						stopProfile()
+					})
 				})
 				stopProfile()
 				if err != nil {
 					return err
+				}
+				if o.cpuSplit && s.ops > 0 {
+					parts, err := cpuByPart(split.Bytes())
+					if err != nil {
+						return fmt.Errorf("-cpu-split: %w", err)
+					}
+					fmt.Fprintf(os.Stderr, "%s, %d×%d: %s\n", s.system, n, inf, describeSplit(parts, s.ops))
 				}
 				ours = append(ours, s)
 				if s.ops > 0 {
@@ -251,24 +281,36 @@ func codecName(jsonBatches bool) string {
 }
 
 // startProfile starts the CPU profile of one coordinator run, when asked
-// for, in -cpuprofile's file with suffix; the function it returns stops it
-// and writes -memprofile's (at most once).
-func startProfile(o options, suffix string) (stop func(), err error) {
+// for, in -cpuprofile's file with suffix, and with -cpu-split in split
+// too; the function it returns stops it and writes -memprofile's (at most
+// once).
+func startProfile(o options, suffix string, split io.Writer) (stop func(), err error) {
 	var f *os.File
+	var w []io.Writer
 	if o.cpuprofile != "" {
 		if f, err = os.Create(o.cpuprofile + suffix); err != nil {
 			return nil, fmt.Errorf("-cpuprofile: %w", err)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			_ = f.Close()
+		w = append(w, f)
+	}
+	if o.cpuSplit {
+		w = append(w, split)
+	}
+	if len(w) > 0 {
+		if err := pprof.StartCPUProfile(io.MultiWriter(w...)); err != nil {
+			if f != nil {
+				_ = f.Close()
+			}
 			return nil, fmt.Errorf("-cpuprofile: %w", err)
 		}
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			if f != nil {
+			if len(w) > 0 {
 				pprof.StopCPUProfile()
+			}
+			if f != nil {
 				_ = f.Close()
 			}
 			if o.memprofile != "" {

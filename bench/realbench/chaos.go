@@ -350,28 +350,6 @@ func (w *bindWatch) overbooked(alloc map[string]int64) int64 {
 	return n
 }
 
-// createWithRetry runs create up to 5 times while it fails with something
-// other than AlreadyExists; AlreadyExists after a failed attempt is success
-// (the failed attempt was stored), reported by existed.
-func createWithRetry(ctx context.Context, create func() error) (existed bool, err error) {
-	for attempt := 1; ; attempt++ {
-		err = create()
-		switch {
-		case err == nil:
-			return false, nil
-		case apierrors.IsAlreadyExists(err) && attempt > 1:
-			return true, nil
-		case attempt == 5 || ctx.Err() != nil:
-			return false, err
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
-		}
-	}
-}
-
 // streamSpec is a rate-limited stream of gangs and single pods.
 type streamSpec struct {
 	pods     int
@@ -403,6 +381,7 @@ func createChaosStream(ctx context.Context, cs kubernetes.Interface, vc volcano.
 	var wg sync.WaitGroup
 	workers := min(sp.creators, sp.pods)
 	errs := make([]error, workers)
+	create := podCreator(cs, run.namespace)
 	for c := 0; c < workers; c++ {
 		wg.Add(1)
 		go func() {
@@ -432,10 +411,13 @@ func createChaosStream(ctx context.Context, cs kubernetes.Interface, vc volcano.
 					if pos == 0 {
 						pg := &schedv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: group, Namespace: run.namespace},
 							Spec: schedv1beta1.PodGroupSpec{MinMember: chaosGang, Queue: sp.gangQueue}}
-						if _, err := createWithRetry(ctx, func() error {
-							_, err := vc.SchedulingV1beta1().PodGroups(run.namespace).Create(ctx, pg, metav1.CreateOptions{})
-							return err
-						}); err != nil {
+						if _, err := createRetrying(ctx, createBackoff(),
+							func(ctx context.Context) (*schedv1beta1.PodGroup, error) {
+								return vc.SchedulingV1beta1().PodGroups(run.namespace).Create(ctx, pg, metav1.CreateOptions{})
+							},
+							func(ctx context.Context) (*schedv1beta1.PodGroup, error) {
+								return vc.SchedulingV1beta1().PodGroups(run.namespace).Get(ctx, group, metav1.GetOptions{})
+							}); err != nil {
 							errs[c] = fmt.Errorf("create podgroup %s: %w", group, err)
 							return
 						}
@@ -445,15 +427,7 @@ func createChaosStream(ctx context.Context, cs kubernetes.Interface, vc volcano.
 					p.Annotations[kube.QueueNameAnnotation] = sp.singleQueue
 				}
 				t0 := time.Now()
-				var out *corev1.Pod
-				existed, err := createWithRetry(ctx, func() error {
-					var err error
-					out, err = cs.CoreV1().Pods(run.namespace).Create(ctx, p, metav1.CreateOptions{})
-					return err
-				})
-				if err == nil && existed {
-					out, err = cs.CoreV1().Pods(run.namespace).Get(ctx, p.Name, metav1.GetOptions{})
-				}
+				out, err := create(ctx, p)
 				if err != nil {
 					errs[c] = fmt.Errorf("create pod %s: %w", p.Name, err)
 					return

@@ -486,15 +486,16 @@ func createBackoff() wait.Backoff {
 	return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 10, Cap: 10 * time.Second}
 }
 
-// createRetrying makes one pod's create call, and makes it again, paced by
-// b, when a slow or overloaded API server fails it for itself: a lost
-// connection (at 250,000 pods, every create in flight on the HTTP/2
-// connection failed at once and ended a run of an hour), a timeout, 429 or
-// 5xx. A create refused for what it asks (any other 4xx) is not retried.
-// A retry answered AlreadyExists means an earlier attempt landed and its
-// answer was lost: the pod is read back with get and the create succeeded.
-func createRetrying(ctx context.Context, b wait.Backoff, create, get func(context.Context) (*corev1.Pod, error)) (*corev1.Pod, error) {
-	var out *corev1.Pod
+// createRetrying makes one object's create call (a pod's, or the chaos
+// mode's PodGroups'), and makes it again, paced by b, when a slow or
+// overloaded API server fails it for itself: a lost connection (at
+// 250,000 pods, every create in flight on the HTTP/2 connection failed at
+// once and ended a run of an hour), a timeout, 429 or 5xx. A create refused
+// for what it asks (any other 4xx) is not retried. A retry answered
+// AlreadyExists means an earlier attempt landed and its answer was lost:
+// the object is read back with get and the create succeeded.
+func createRetrying[T any](ctx context.Context, b wait.Backoff, create, get func(context.Context) (T, error)) (T, error) {
+	var out, none T
 	var last error
 	attempts := 0
 	err := wait.ExponentialBackoffWithContext(ctx, b, func(ctx context.Context) (bool, error) {
@@ -514,7 +515,7 @@ func createRetrying(ctx context.Context, b wait.Backoff, create, get func(contex
 		return false, nil
 	})
 	if err != nil && last != nil && ctx.Err() == nil && wait.Interrupted(err) {
-		return nil, fmt.Errorf("%w (%d attempts)", last, attempts)
+		return none, fmt.Errorf("%w (%d attempts)", last, attempts)
 	}
 	return out, err
 }
