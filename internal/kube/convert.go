@@ -26,6 +26,27 @@ func quantityInt(name string, q resource.Quantity, scale resource.Scale) (int64,
 		// which would compute a huge power of ten.
 		return 0, nil
 	}
+	// A whole number held as an int64 ("1", "64", "2Gi", "1G": most
+	// requests) needs no big integers, which every pod event would pay for;
+	// AsInt64 answers false for anything else (a fraction such as "500m",
+	// a quantity held as a decimal), which takes the exact path.
+	if v, ok := q.AsInt64(); ok {
+		switch scale {
+		case 0:
+			return v, nil
+		case resource.Milli:
+			if v > math.MaxInt64/1000 {
+				return 0, fmt.Errorf("%w: %s is %s", api.ErrOverflow, name, q.String())
+			}
+			return v * 1000, nil
+		}
+	}
+	return quantityIntExact(name, q, scale)
+}
+
+// quantityIntExact is quantityInt for any non-zero, non-negative quantity,
+// in big integers.
+func quantityIntExact(name string, q resource.Quantity, scale resource.Scale) (int64, error) {
 	dec := q.AsDec() // exact
 	// value = unscaled × 10^-decScale; we want ceil(value × 10^-scale).
 	unscaled := new(big.Int).Set(dec.UnscaledBig())

@@ -256,3 +256,47 @@ func TestParseQuantityRejectsHugeNegativeExponent(t *testing.T) {
 		t.Fatalf("ParseQuantity(1e-999999999) = %v, want an exponent error naming cpu", err)
 	}
 }
+
+// TestQuantityFastPathAgrees checks that the int64 path of quantityInt
+// gives what the big-integer path gives, value and error, for whole
+// numbers of every size and suffix, at both scales.
+func TestQuantityFastPathAgrees(t *testing.T) {
+	var inputs []string
+	for _, v := range []string{"1", "2", "7", "64", "1000", "9223372036854775", "9223372036854776", "9223372036854775807", "922337203685477580"} {
+		for _, suffix := range []string{"", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e3", "e6", "e15", "e18"} {
+			inputs = append(inputs, v+suffix)
+		}
+	}
+	fast := 0
+	for _, s := range inputs {
+		q, err := resource.ParseQuantity(s)
+		if err != nil {
+			continue
+		}
+		if _, ok := q.AsInt64(); ok {
+			fast++
+		}
+		for _, scale := range []resource.Scale{0, resource.Milli} {
+			got, gerr := quantityInt("r", q, scale)
+			want, werr := quantityIntExact("r", q, scale)
+			if got != want || (gerr == nil) != (werr == nil) || (werr != nil && !errors.Is(gerr, api.ErrOverflow)) {
+				t.Errorf("%q at scale %d: %d, %v; the exact path: %d, %v", s, scale, got, gerr, want, werr)
+			}
+		}
+	}
+	// About half of the inputs are held as int64 (the others overflow it,
+	// or are held as decimals); the milli boundary ("9223372036854775" and
+	// "…776") is among them.
+	if fast < 50 {
+		t.Fatalf("only %d of %d inputs take the int64 path: the test does not exercise it", fast, len(inputs))
+	}
+}
+
+func BenchmarkResourceFromList(b *testing.B) {
+	list := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("2Gi")}
+	for b.Loop() {
+		if _, err := ResourceFromList(list); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
