@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,10 @@ const (
 	partEtcd    = "etcd"
 	partRest    = "" // no label
 )
+
+// labelledParts are the parts started under a label, in the order
+// describeSplit gives them.
+func labelledParts() []string { return []string{partLeader, partClients, partEtcd} }
 
 // inPart runs f with the goroutine labelled as part, so that what f starts
 // is counted to it.
@@ -49,7 +54,7 @@ func cpuByPart(data []byte) (map[string]time.Duration, error) {
 	out := map[string]time.Duration{}
 	for _, s := range p.Sample {
 		part := partRest
-		if v := s.Label[partLabel]; len(v) > 0 && (v[0] == partLeader || v[0] == partClients || v[0] == partEtcd) {
+		if v := s.Label[partLabel]; len(v) > 0 && slices.Contains(labelledParts(), v[0]) {
 			part = v[0]
 		}
 		out[part] += time.Duration(s.Value[idx])
@@ -67,7 +72,7 @@ func describeSplit(parts map[string]time.Duration, ops int64) string {
 	var b strings.Builder
 	b.WriteString("CPU µs per reservation by part (the profile's labels):")
 	var total float64
-	for _, part := range []string{partLeader, partClients, partEtcd, partRest} {
+	for _, part := range append(labelledParts(), partRest) {
 		name := part
 		if part == partRest {
 			name = "the rest (collector workers, runtime)"

@@ -480,8 +480,8 @@ func podCreator(cs kubernetes.Interface, namespace string) func(context.Context,
 	}
 }
 
-// createBackoff paces the retries of one pod's create: about a minute in
-// all before the run fails.
+// createBackoff paces the retries of one create (a pod's, a PodGroup's):
+// about a minute in all before the run fails.
 func createBackoff() wait.Backoff {
 	return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 10, Cap: 10 * time.Second}
 }
