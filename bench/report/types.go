@@ -75,6 +75,13 @@ type Run struct {
 	// its own size at the end of warm-up.
 	AnonGrowthPct float64 `json:"anonGrowthPct,omitempty"`
 	FileGrowthPct float64 `json:"fileGrowthPct,omitempty"`
+	// HeapGrowthPct and LiveHeapGrowthPct split the anonymous part further
+	// (simulated runs, after a full collection): the Go heap's spans in use
+	// and the live objects in them. Spans that grow while the live objects
+	// do not are free slots between objects that outlived their
+	// neighbours, not memory the process holds on to.
+	HeapGrowthPct     float64 `json:"heapGrowthPct,omitempty"`
+	LiveHeapGrowthPct float64 `json:"liveHeapGrowthPct,omitempty"`
 	// ShardHeapMiB is the Go heap in use allocated by the shards' own code
 	// at the end of the run, all shards together (simulated runs, where the
 	// shards share one process: from its heap profile); ShardHeapGrowthPct

@@ -108,11 +108,14 @@ func (d *driver) takeSample() {
 
 // memory is the process's resident memory, the Go heap in use and the
 // part of it the shards' code allocated, in MiB, with what one shard's
-// cache holds (every shard's holds every pod and job).
+// cache holds (every shard's holds every pod and job). Live is the bytes
+// of the heap's objects after the collection, all of them reachable; Heap
+// is the heap's spans in use, which also hold the free slots between live
+// objects.
 type memory struct {
 	procstat.Resident
-	Heap, ShardHeap float64
-	Cache           cache.Stats
+	Heap, Live, ShardHeap float64
+	Cache                 cache.Stats
 	// FileBefore is the file-backed part before etcd was settled (its
 	// high-water mark included); Etcd is what settling it did.
 	FileBefore float64
@@ -148,7 +151,7 @@ func (d *driver) settledMemory(which string) memory {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	m.Resident, m.Heap = r, float64(ms.HeapInuse)/(1<<20)
+	m.Resident, m.Heap, m.Live = r, float64(ms.HeapInuse)/(1<<20), float64(ms.HeapAlloc)/(1<<20)
 	var prof bytes.Buffer
 	if err := pprof.Lookup("heap").WriteTo(&prof, 0); err == nil {
 		m.ShardHeap, _ = shardHeapOf(prof.Bytes()) // 0 when it cannot be parsed
@@ -165,8 +168,8 @@ func (d *driver) settledMemory(which string) memory {
 
 // String gives the figures as the run's notes print them.
 func (m memory) String() string {
-	return fmt.Sprintf("%.0f MiB (%.0f anonymous, of which Go heap in use %.0f, %.0f of it allocated by the shards' code; %.0f file-backed, %.0f before etcd was settled, its database %.1f → %.1f MiB in %v; a shard's cache: %d tasks, %d pending, %d jobs)",
-		m.Total, m.Anon, m.Heap, m.ShardHeap, m.File, m.FileBefore, float64(m.Etcd.Before)/(1<<20), float64(m.Etcd.After)/(1<<20), m.Etcd.Took.Round(time.Millisecond), m.Cache.Tasks, m.Cache.Pending, m.Cache.Jobs)
+	return fmt.Sprintf("%.0f MiB (%.0f anonymous, of which Go heap in use %.0f, its live objects %.0f, %.0f of it allocated by the shards' code; %.0f file-backed, %.0f before etcd was settled, its database %.1f → %.1f MiB in %v; a shard's cache: %d tasks, %d pending, %d jobs)",
+		m.Total, m.Anon, m.Heap, m.Live, m.ShardHeap, m.File, m.FileBefore, float64(m.Etcd.Before)/(1<<20), float64(m.Etcd.After)/(1<<20), m.Etcd.Took.Round(time.Millisecond), m.Cache.Tasks, m.Cache.Pending, m.Cache.Jobs)
 }
 
 // writeHeap writes prof to <HeapProfile>-<which>.pb.gz when the run asks
@@ -217,6 +220,8 @@ func (d *driver) sampleFigures(end memory) {
 	if w := sp.memWarm; w.Total > 0 {
 		run.RSSGrowthPct = growthPct(w.Total, end.Total)
 		run.AnonGrowthPct = growthPct(w.Anon, end.Anon)
+		run.HeapGrowthPct = growthPct(w.Heap, end.Heap)
+		run.LiveHeapGrowthPct = growthPct(w.Live, end.Live)
 		run.FileGrowthPct = growthPct(w.File, end.File)
 		run.ShardHeapGrowthPct = growthPct(w.ShardHeap, end.ShardHeap)
 	}

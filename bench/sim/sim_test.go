@@ -241,6 +241,12 @@ func TestRunSmall(t *testing.T) {
 	if r.LatencyP99 <= 0 || len(r.LatencyCDF) == 0 || len(r.Throughput) == 0 || r.Utilization <= 0 {
 		t.Errorf("figures missing: p99 %v, cdf %d, throughput %d, util %v", r.LatencyP99, len(r.LatencyCDF), len(r.Throughput), r.Utilization)
 	}
+	// Both settled readings were taken (at the end of warm-up and at the
+	// end), with the heap's live objects apart: their bytes, unlike pages,
+	// are never the same twice in a run that allocates.
+	if r.LiveHeapGrowthPct == 0 {
+		t.Errorf("live heap growth missing (RSS growth %v %%, heap spans %v %%)", r.RSSGrowthPct, r.HeapGrowthPct)
+	}
 	t.Logf("%s: %d pods, p99 %.3f s virtual, %.0f pods/s wall, util %.2f", r.Name, r.Pods, r.LatencyP99, r.PodsPerSec, r.Utilization)
 }
 

@@ -310,7 +310,11 @@ func simTargets(runs []report.Run) []report.Target {
 			if !rss.Met {
 				rss.Why = "RSS is the whole process's: the cluster model, the embedded etcd (its database is memory-mapped) and every shard"
 				if r.AnonGrowthPct != 0 || r.FileGrowthPct != 0 {
-					rss.Why += fmt.Sprintf("; anonymous memory (Go heap, stacks) grew %.1f %% and the file-backed pages (the binary's and etcd's database, settled before each reading) %.1f %%; the heap profiles of -memprofile split it further", r.AnonGrowthPct, r.FileGrowthPct)
+					rss.Why += fmt.Sprintf("; anonymous memory (Go heap, stacks) grew %.1f %% and the file-backed pages (the binary's and etcd's database, settled before each reading) %.1f %%", r.AnonGrowthPct, r.FileGrowthPct)
+					if r.HeapGrowthPct != 0 || r.LiveHeapGrowthPct != 0 {
+						rss.Why += fmt.Sprintf("; the Go heap's spans in use %+.1f %%, the live objects in them %+.1f %%", r.HeapGrowthPct, r.LiveHeapGrowthPct)
+					}
+					rss.Why += "; the heap profiles of -memprofile split it further"
 				}
 			}
 			out = append(out, p99, rss)
