@@ -444,6 +444,7 @@ func scaleOutCharts(runs []Run) []chart {
 		p99.lines = append(p99.lines, line{name: k, xys: byShards(rs, func(r Run) float64 { return r.LatencyP99 })})
 		busy.lines = append(busy.lines,
 			line{name: k + ": slowest shard", xys: byShards(rs, func(r Run) float64 { return r.VirtualCPU.ShardPct })},
+			line{name: k + ": its cache taking events", xys: byShards(rs, func(r Run) float64 { return r.VirtualCPU.ShardCachePct })},
 			line{name: k + ": coordinator applying", xys: byShards(rs, func(r Run) float64 { return r.VirtualCPU.ApplyPct })},
 			line{name: k + ": etcd commits", xys: byShards(rs, func(r Run) float64 { return r.VirtualCPU.CommitPct })})
 	}

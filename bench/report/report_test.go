@@ -490,7 +490,7 @@ func TestReadErrors(t *testing.T) {
 // one line per scenario and tier, in shard order; other runs are not.
 func TestScaleOutCharts(t *testing.T) {
 	v := func(shard, apply float64) *VirtualCPU {
-		return &VirtualCPU{ShardPct: shard, ApplyPct: apply, CommitPct: apply / 2}
+		return &VirtualCPU{ShardPct: shard, ShardCachePct: shard / 3, ApplyPct: apply, CommitPct: apply / 2}
 	}
 	r := Report{Runs: []Run{
 		{Name: "burst 4", Mode: "sim-vcpu", Scenario: "burst", Tier: "100k", Shards: 4, PodsPerSec: 400, LatencyP99: 1, VirtualCPU: v(90, 40)},
@@ -515,8 +515,8 @@ func TestScaleOutCharts(t *testing.T) {
 	if p := got["scale-out-p99.svg"]; len(p.lines[1].xys) != 0 {
 		t.Errorf("a NaN p99 was plotted: %v", p.lines[1].xys)
 	}
-	if b := got["scale-out-busy.svg"]; len(b.lines) != 6 || b.lines[1].xys[1].Y != 40 {
-		t.Errorf("busy lines %+v, want 3 per group, the coordinator at 40 %% with 4 shards", b.lines)
+	if b := got["scale-out-busy.svg"]; len(b.lines) != 8 || b.lines[1].xys[1].Y != 30 || b.lines[2].xys[1].Y != 40 {
+		t.Errorf("busy lines %+v, want 4 per group, with 4 shards the slowest shard's cache at 30 %% and the coordinator at 40 %%", b.lines)
 	}
 	if cs := scaleOutCharts(r.Runs[3:]); cs != nil {
 		t.Errorf("charts without a virtual-CPU run: %v", cs)

@@ -43,9 +43,14 @@ type Cluster struct {
 	timeCaches bool
 	cacheMu    sync.Mutex
 	cacheTime  map[*cache.Cache]time.Duration
-	nodes      map[string]*simNode
-	nodeList   []string // creation order
-	pods       map[string]*simPod
+	// only, when set, is the one cache fanout updates at once; the
+	// others' updates wait in held, in order, until Release (guarded by
+	// mu).
+	only     *cache.Cache
+	held     map[*cache.Cache][]func(*cache.Cache)
+	nodes    map[string]*simNode
+	nodeList []string // creation order
+	pods     map[string]*simPod
 	// jobs are the workloads (Volcano jobs, Deployments, batch Jobs) by
 	// the name of the PodGroup their pods carry; groups are the PodGroups
 	// by UID, groupUIDs their UIDs by name. An implicit group exists only
@@ -294,19 +299,54 @@ func (c *Cluster) Subscribe(ca *cache.Cache) {
 // fanout gives one update to every subscribed cache, as each shard's
 // informers would, timing each when asked (TimeCaches).
 func (c *Cluster) fanout(f func(*cache.Cache)) {
-	if !c.timeCaches {
-		for _, ca := range c.caches {
-			f(ca)
+	for _, ca := range c.caches {
+		if c.only != nil && ca != c.only {
+			c.held[ca] = append(c.held[ca], f)
+			continue
 		}
+		c.deliver(ca, f)
+	}
+}
+
+// deliver gives ca one update, timing it when asked (TimeCaches).
+func (c *Cluster) deliver(ca *cache.Cache, f func(*cache.Cache)) {
+	if !c.timeCaches {
+		f(ca)
 		return
 	}
+	t0 := time.Now()
+	f(ca)
+	d := time.Since(t0)
+	c.cacheMu.Lock()
+	c.cacheTime[ca] += d
+	c.cacheMu.Unlock()
+}
+
+// HoldOthers makes the updates that follow reach ca at once and wait for
+// every other cache until Release. With a virtual CPU per shard, the other
+// shards take a shard's binds on machines of their own, not within its
+// step: their work, and the garbage collection it brings, stays out of
+// the wall time that step is charged.
+func (c *Cluster) HoldOthers(ca *cache.Cache) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.only = ca
+	if c.held == nil {
+		c.held = map[*cache.Cache][]func(*cache.Cache){}
+	}
+}
+
+// Release gives every cache the updates held for it, in the order they
+// came, and updates all caches at once again.
+func (c *Cluster) Release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.only = nil
 	for _, ca := range c.caches {
-		t0 := time.Now()
-		f(ca)
-		d := time.Since(t0)
-		c.cacheMu.Lock()
-		c.cacheTime[ca] += d
-		c.cacheMu.Unlock()
+		for _, f := range c.held[ca] {
+			c.deliver(ca, f)
+		}
+		delete(c.held, ca)
 	}
 }
 
@@ -346,6 +386,10 @@ func (c *Cluster) Unsubscribe(ca *cache.Cache) {
 	// slices.Delete clears the slot left at the end: a copy of the last
 	// cache's pointer there kept that shard's whole cache alive.
 	c.caches = slices.DeleteFunc(c.caches, func(x *cache.Cache) bool { return x == ca })
+	delete(c.held, ca)
+	if c.only == ca {
+		c.only = nil
+	}
 	c.cacheMu.Lock()
 	delete(c.cacheTime, ca)
 	c.cacheMu.Unlock()

@@ -273,6 +273,11 @@ func TestRunVirtualCPU(t *testing.T) {
 	if v.ShardPct <= 0 || v.ShardPct > 100 || v.ApplyPct <= 0 || v.CommitPct <= 0 || v.CoordLimitedPct < 0 || v.CoordLimitedPct > 100 {
 		t.Errorf("account %+v: want the shards and the coordinator busy, within 0..100 %%", *v)
 	}
+	// The caches took the pods' events (every shard's takes them all), a
+	// part of the slowest shards' time, never more than it.
+	if v.ShardCachePct <= 0 || v.ShardCachePct >= v.ShardPct {
+		t.Errorf("account %+v: want the caches' part of the slowest shards' time above 0 and below all of it", *v)
+	}
 	t.Logf("%s: %d pods, p99 %.3f s virtual, %.0f pods per virtual s, %+v", r.Name, r.Pods, r.LatencyP99, r.PodsPerSec, *v)
 }
 
@@ -429,5 +434,47 @@ func TestBurstBindsEveryPodWithFourShards(t *testing.T) {
 		if m < 0.25 {
 			t.Errorf("shard %d: the live heap fell by %.2f MiB when it stopped", i, m)
 		}
+	}
+}
+
+// While one cache is the only one updated at once, the others' updates
+// wait and then arrive in the order they came: a pod submitted and bound
+// reaches the held cache as bound, and its time is counted to that cache
+// when it arrives, not before.
+func TestClusterHoldsOtherCachesUpdates(t *testing.T) {
+	c, _ := newTestCluster(t, 2)
+	mine, other := cache.New(cache.Options{}), cache.New(cache.Options{})
+	c.Subscribe(mine)
+	c.Subscribe(other)
+	c.TimeCaches()
+	c.HoldOthers(mine)
+	c.Submit(workload.JobSpec{Seq: 1, Queue: "q0-0", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Minute}, schedulerName)
+	var task api.Task
+	for _, p := range c.pods {
+		task = p.t
+	}
+	if err := c.Bind(&task, "node-00000", "s", true); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := mine.Task(task.UID); !ok || got.NodeName != "node-00000" {
+		t.Fatalf("the cache updated at once has %+v (found %v), want the pod bound to node-00000", got, ok)
+	}
+	if _, ok := other.Task(task.UID); ok {
+		t.Fatal("a held cache saw the pod before Release")
+	}
+	if c.CacheTime(other) != 0 {
+		t.Errorf("a held cache was charged %v before its updates arrived", c.CacheTime(other))
+	}
+	c.Release()
+	if got, ok := other.Task(task.UID); !ok || got.NodeName != "node-00000" {
+		t.Fatalf("after Release the held cache has %+v (found %v), want the pod bound to node-00000", got, ok)
+	}
+	if c.CacheTime(other) <= 0 {
+		t.Error("the held cache's updates were not timed when they arrived")
+	}
+	// Released, every cache is updated at once again.
+	c.Submit(workload.JobSpec{Seq: 2, Queue: "q0-0", Size: 1, CPU: 1000, Memory: 1 << 30, Lifetime: time.Minute}, schedulerName)
+	if a, b := mine.Stats().Tasks, other.Stats().Tasks; a != 2 || b != 2 {
+		t.Errorf("after Release: %d and %d tasks, want 2 in each", a, b)
 	}
 }

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -218,11 +220,13 @@ func waitBinds(procs []*shardProc) {
 // cycleAlone is the step's cycles with each shard on a machine of its own
 // (Config.VirtualCPU): the shards cycle one after another, each with the
 // cluster's clock started again at the step's virtual time, and each is
-// charged the wall time from its cycle's start to its last bind, less what
-// the other shards' caches spent meanwhile taking the events of its binds,
-// plus what its own cache spent taking events since its last cycle (the
-// step's arrivals, the other shards' binds): on machines of their own the
-// caches take the same events side by side. It returns the virtual time
+// charged the wall time from its cycle's start to its last bind, plus what
+// its own cache spent taking events since its last cycle (the step's
+// arrivals, the other shards' binds): on machines of their own the caches
+// take the same events side by side. While a shard cycles, only its own
+// cache is updated; the others' updates are held and given to them when
+// it is done (Cluster.HoldOthers), so that neither their work nor the
+// collection of their garbage lands in its wall time. It returns the virtual time
 // the step is charged: the slowest shard's, or the coordinator leader's
 // busy time over the step (applies and etcd commits for every shard's
 // calls) when that is longer, and adds both to the run's account.
@@ -238,30 +242,37 @@ func (d *driver) cycleAlone(ctx context.Context) time.Duration {
 			d.vcpu.charged[p] = s.cl.CacheTime(p.Cache)
 		}
 	}
-	var slowest time.Duration
+	if d.vcpu.binds == nil {
+		d.vcpu.binds = map[string]int64{}
+	}
+	var slowest, slowestOwed time.Duration
+	var slow slowStep
 	for _, p := range live {
-		before := make([]time.Duration, len(live))
-		for i, q := range live {
-			before[i] = s.cl.CacheTime(q.Cache)
-		}
 		owed := s.cl.CacheTime(p.Cache) - d.vcpu.charged[p]
+		b0 := s.cl.Stats().Binds
+		s.cl.HoldOthers(p.Cache)
 		t0 := time.Now()
 		s.cl.runClock(t0.Add(-owed))
 		p.Sched.Cycle(ctx)
 		waitBinds([]*shardProc{p})
 		took := time.Since(t0)
-		for i, q := range live {
-			if q != p {
-				took -= s.cl.CacheTime(q.Cache) - before[i]
-			}
-		}
+		s.cl.Release()
+		bound := s.cl.Stats().Binds - b0
+		d.vcpu.binds[p.name] += bound
 		d.vcpu.charged[p] = s.cl.CacheTime(p.Cache)
-		slowest = max(slowest, owed+max(took, 0))
+		if t := owed + max(took, 0); t > slowest {
+			slowest, slowestOwed = t, owed
+			slow = slowStep{shard: p.name, cache: owed, cycle: max(took, 0), binds: bound}
+		}
+	}
+	if len(d.vcpu.slowSteps) < listedSteps {
+		d.vcpu.slowSteps = append(d.vcpu.slowSteps, slow)
 	}
 	apply1, commit1 := s.coordBusy()
 	coord := (apply1 - apply0) + (commit1 - commit0)
 	d.vcpu.steps++
 	d.vcpu.slowest += slowest
+	d.vcpu.slowestCache += slowestOwed
 	d.vcpu.apply += apply1 - apply0
 	d.vcpu.commit += commit1 - commit0
 	if coord > slowest {
@@ -288,8 +299,55 @@ func (s *sim) coordBusy() (apply, commit time.Duration) {
 type vcpuAccount struct {
 	steps, coordLimited    int
 	slowest, apply, commit time.Duration
+	// slowestCache is the part of slowest its shards' caches spent taking
+	// events (the step's arrivals, every shard's binds) before their
+	// cycles: work each shard repeats, whatever the shard count.
+	slowestCache time.Duration
 	// charged is, per shard, its cache's time already charged to it.
 	charged map[*shardProc]time.Duration
+	// binds counts, per shard, the binds its cycles made; slowSteps is
+	// the first listedSteps steps' slowest shards.
+	binds     map[string]int64
+	slowSteps []slowStep
+}
+
+// listedSteps is how many steps' slowest shards a run's notes list (a
+// burst takes a few steps; a churn run thousands).
+const listedSteps = 6
+
+// slowStep is the slowest shard of one step: its cache's time taking
+// events, its cycle's (placement, admission, binds) and the binds made.
+type slowStep struct {
+	shard        string
+	cache, cycle time.Duration
+	binds        int64
+}
+
+// shardNote says how the binds spread over the shards' cycles (fewest,
+// median, most) and which shard was the slowest of the first steps, with
+// what it did: where a run with more shards loses its rate.
+func (a *vcpuAccount) shardNote() string {
+	if len(a.binds) == 0 {
+		return ""
+	}
+	names := slices.Collect(maps.Keys(a.binds))
+	slices.SortFunc(names, func(x, y string) int { return cmp.Or(cmp.Compare(a.binds[x], a.binds[y]), cmp.Compare(x, y)) })
+	lo, mid, hi := names[0], names[len(names)/2], names[len(names)-1]
+	var b strings.Builder
+	fmt.Fprintf(&b, "binds made by each shard's cycles: fewest %d (%s), median %d, most %d (%s); the slowest shard of ", a.binds[lo], lo, a.binds[mid], a.binds[hi], hi)
+	if len(a.slowSteps) < a.steps {
+		fmt.Fprintf(&b, "the first %d steps", len(a.slowSteps))
+	} else {
+		b.WriteString("each step")
+	}
+	for i, st := range a.slowSteps {
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		fmt.Fprintf(&b, "%s%d. %s %.2f s (%.2f s of it its cache taking events) for %d binds", sep, i+1, st.shard, (st.cache + st.cycle).Seconds(), st.cache.Seconds(), st.binds)
+	}
+	return b.String()
 }
 
 // progress reports on cfg.Progress every 10 s of wall time.
@@ -446,8 +504,11 @@ func (d *driver) vcpuFigures() {
 		return
 	}
 	pct := func(x time.Duration) float64 { return 100 * x.Seconds() / d.vt.Seconds() }
-	run.VirtualCPU = &report.VirtualCPU{ShardPct: pct(d.vcpu.slowest), ApplyPct: pct(d.vcpu.apply), CommitPct: pct(d.vcpu.commit),
+	run.VirtualCPU = &report.VirtualCPU{ShardPct: pct(d.vcpu.slowest), ShardCachePct: pct(d.vcpu.slowestCache), ApplyPct: pct(d.vcpu.apply), CommitPct: pct(d.vcpu.commit),
 		CoordLimitedPct: 100 * float64(d.vcpu.coordLimited) / float64(d.vcpu.steps)}
-	run.Notes = append(run.Notes, fmt.Sprintf("a virtual CPU per shard: over %d steps the slowest shard was busy %.0f %% of the virtual time, the coordinator's leader %.0f %% applying and %.0f %% committing to etcd; it set the step in %.0f %% of them",
-		d.vcpu.steps, run.VirtualCPU.ShardPct, run.VirtualCPU.ApplyPct, run.VirtualCPU.CommitPct, run.VirtualCPU.CoordLimitedPct))
+	run.Notes = append(run.Notes, fmt.Sprintf("a virtual CPU per shard: over %d steps the slowest shard was busy %.0f %% of the virtual time (%.0f %% in its cache taking the pods' events, which every shard's cache takes whatever the shard count; the rest its cycles, placement and binds), the coordinator's leader %.0f %% applying and %.0f %% committing to etcd; it set the step in %.0f %% of them",
+		d.vcpu.steps, run.VirtualCPU.ShardPct, run.VirtualCPU.ShardCachePct, run.VirtualCPU.ApplyPct, run.VirtualCPU.CommitPct, run.VirtualCPU.CoordLimitedPct))
+	if n := d.vcpu.shardNote(); n != "" {
+		run.Notes = append(run.Notes, n)
+	}
 }
