@@ -220,7 +220,7 @@ func (c *Client) postBatchAs(addr string, items []batchItem, asCBOR bool) ([]rep
 		return nil, errNoCBOR
 	}
 	var br batchReply
-	if err := decodeBody(io.LimitReader(resp.Body, 64*maxBody), resp.ContentLength, &br, isCBOR(resp.Header)); err != nil {
+	if err := decodeBody(io.LimitReader(resp.Body, maxReply), resp.ContentLength, &br, isCBOR(resp.Header)); err != nil {
 		return nil, err
 	}
 	if br.Error != nil {

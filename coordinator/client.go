@@ -360,7 +360,7 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte) (
 	}
 	defer resp.Body.Close()
 	var rep reply
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBody)).Decode(&rep); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxReply)).Decode(&rep); err != nil {
 		return Result{}, ctx.Err() == nil, fmt.Errorf("%w: bad reply (%s): %v", ErrUnavailable, resp.Status, err)
 	}
 	if rep.Error != nil {

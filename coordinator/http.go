@@ -136,6 +136,13 @@ func (w *wrapped) Unwrap() error { return w.sentinel }
 
 const maxBody = 4 << 20
 
+// maxReply bounds what a client reads of one answer. It is far above
+// maxBody, which bounds a request: a list of every reservation grows with
+// the cluster (about 400 bytes each), and one cut at maxBody could not be
+// decoded, so that at about 10,000 reservations every list failed and
+// every shard's reconciliation with it. Batch answers have the same bound.
+const maxReply = 64 * maxBody
+
 // handler is the HTTP API, behind the token check when a token is set;
 // every answer, a refusal included, says the participant reads CBOR
 // batches (codec.go).
