@@ -97,6 +97,9 @@ func (d *driver) notes(st Stats, end memory) {
 	if n := s.reserves.note(); n != "" {
 		run.Notes = append(run.Notes, n)
 	}
+	if n := s.warns.note(); n != "" {
+		run.Notes = append(run.Notes, n)
+	}
 	run.Notes = append(run.Notes, quotaNotes(s.cl, st)...)
 	for _, n := range []string{d.offeredNote(), d.sampler.roomNote(s.cl.bigPodCPU), s.cl.tailNote(), s.cl.quotaFreeNote()} {
 		if n != "" {

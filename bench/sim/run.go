@@ -150,7 +150,9 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	if err != nil {
 		return report.Run{}, err
 	}
-	s := &sim{cfg: cfg, w: w, tier: tier, tree: tree, specs: specs, cl: cl, etcd: etcd, leaves: w.Leaves(), pools: pools}
+	warns := &warnCounts{}
+	cfg.Logger = slog.New(warnCounter{next: cfg.Logger.Handler(), counts: warns})
+	s := &sim{cfg: cfg, w: w, tier: tier, tree: tree, specs: specs, cl: cl, etcd: etcd, leaves: w.Leaves(), pools: pools, warns: warns}
 	s.holders.Store(&[]*shard.Shard{})
 	defer func() { s.stopAll() }()
 	fmt.Fprintf(cfg.Progress, "sim %s/%s: %d nodes, %d shards: starting shards...\n", w.Name, cfg.Tier, tier.Nodes, cfg.Shards)
@@ -200,6 +202,8 @@ type sim struct {
 	reserves reserveWatch
 	// pools is the shards' node pool pattern (gpuPools; nil: none).
 	pools *regexp.Regexp
+	// warns counts what the shards logged at Warn and above.
+	warns *warnCounts
 }
 
 // gpuPools is the node pool pattern that makes the workload's GPU nodes
