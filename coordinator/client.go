@@ -9,6 +9,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -286,8 +288,22 @@ func (c *Client) SetQueues(ctx context.Context, specs []api.QueueSpec) (Result, 
 }
 
 // List returns every reservation and the queue tree.
-func (c *Client) List(ctx context.Context) (Result, error) {
-	return c.do(ctx, http.MethodGet, "/v1/reservations", nil)
+func (c *Client) List(ctx context.Context, queues ...string) (Result, error) {
+	path := "/v1/reservations"
+	if len(queues) > 0 {
+		path += "?" + url.Values{"queue": queues}.Encode()
+	}
+	res, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil || len(queues) == 0 {
+		return res, err
+	}
+	// A leader of an older version lists every queue's: keep the asked.
+	in := make(map[string]bool, len(queues))
+	for _, q := range queues {
+		in[q] = true
+	}
+	res.Reservations = slices.DeleteFunc(res.Reservations, func(r Reservation) bool { return !in[r.Queue] })
+	return res, nil
 }
 
 // Evictions returns the reservations marked for eviction

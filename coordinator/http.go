@@ -25,7 +25,7 @@ import (
 //	POST /v1/release       {"uid": "..."}      → reply
 //	POST /v1/resize        ResizeRequest       → reply (granted, refused)
 //	PUT  /v1/queues        []api.QueueSpec     → reply
-//	GET  /v1/reservations                      → reply
+//	GET  /v1/reservations[?queue=q&queue=...]  → reply (with queue names: those leaf queues' reservations only)
 //	GET  /v1/evictions                         → reply (the reservations marked for eviction)
 //	POST /v1/batch         []batchItem         → batchReply (one reply per item, in order)
 //
@@ -240,7 +240,7 @@ func (s *Server) routes() http.Handler {
 		_, _ = w.Write(body)
 	})
 	mux.HandleFunc("GET /v1/reservations", func(w http.ResponseWriter, r *http.Request) {
-		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opList}))
+		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opList, queues: r.URL.Query()["queue"]}))
 	})
 	mux.HandleFunc("GET /v1/evictions", func(w http.ResponseWriter, r *http.Request) {
 		s.writeReply(w, r.Context(), s.submit(r.Context(), &call{kind: opEvicting}))

@@ -75,9 +75,24 @@ func (l *Ledger) Len() int { return len(l.res) }
 
 // Reservations returns every reservation, sorted by UID.
 func (l *Ledger) Reservations() []Reservation {
+	return l.ReservationsIn(nil)
+}
+
+// ReservationsIn is Reservations of the jobs in these leaf queues only
+// (every queue when none is named), in the same order.
+func (l *Ledger) ReservationsIn(queues []string) []Reservation {
+	var in map[string]bool
+	if len(queues) > 0 {
+		in = make(map[string]bool, len(queues))
+		for _, q := range queues {
+			in[q] = true
+		}
+	}
 	out := make([]Reservation, 0, len(l.res))
 	for _, r := range l.res {
-		out = append(out, r.Clone())
+		if in == nil || in[r.Queue] {
+			out = append(out, r.Clone())
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Job.UID < out[j].Job.UID })
 	return out

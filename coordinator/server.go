@@ -168,8 +168,11 @@ type call struct {
 	resize  ResizeRequest
 	uid     string
 	specs   []api.QueueSpec
-	delRev  int64
-	done    chan result // buffered, 1
+	// queues limits a list to the reservations in these leaf queues
+	// (none: every queue).
+	queues []string
+	delRev int64
+	done   chan result // buffered, 1
 	// behind is the reserve of the same batch this one waits behind
 	// (batchItem.Behind); blocks is set when this reserve is applied: it
 	// was not admitted, not nominated and could fit some day, or it was

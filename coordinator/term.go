@@ -328,7 +328,7 @@ func (t *term) applyOne(c *call) (result, []clientv3.Op, error) {
 		}
 		return result{Specs: specs}, []clientv3.Op{clientv3.OpPut(cfg.treeKey(), string(b))}, nil
 	case opList:
-		return result{Reservations: t.ledger.Reservations(), Specs: t.ledger.Tree().Specs()}, nil, nil
+		return result{Reservations: t.ledger.ReservationsIn(c.queues), Specs: t.ledger.Tree().Specs()}, nil, nil
 	case opEvicting:
 		return result{Reservations: t.ledger.Evicting()}, nil, nil
 	case opExpire:

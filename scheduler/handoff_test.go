@@ -72,6 +72,8 @@ type fakeQuota struct {
 	// noBound answers resizes as a leader that predates
 	// ResizeRequest.Bound: the targets alone.
 	noBound bool
+	// listed is the queues each List asked for.
+	listed [][]string
 }
 
 func (f *fakeQuota) record(op, uid string) {
@@ -187,13 +189,14 @@ func (f *fakeQuota) Resize(_ context.Context, uid string, bound *api.Resource, t
 	return wire.Result{Reservation: r, Granted: granted, Refused: refused}, err
 }
 
-func (f *fakeQuota) List(context.Context) (wire.Result, error) {
+func (f *fakeQuota) List(_ context.Context, queues ...string) (wire.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.listed = append(f.listed, slices.Clone(queues))
 	if f.ledger == nil {
 		_ = f.setTreeLocked()
 	}
-	return wire.Result{Reservations: f.ledger.Reservations()}, nil
+	return wire.Result{Reservations: f.ledger.ReservationsIn(queues)}, nil
 }
 
 func (f *fakeQuota) Calls() []string {
@@ -1229,5 +1232,49 @@ func TestStarvingGPUGangGoesWhereGPUsAreFree(t *testing.T) {
 	r.cycles(t, 1)
 	if got := r.claims.Offered(); len(got) != 1 || got[0] != "gpu→shard-many" {
 		t.Fatalf("offers %v, want one to shard-many (most free GPUs among those that could hold 16)", got)
+	}
+}
+
+// Reconciliation lists the reservations of the queues held here, not the
+// cluster's: a reservation whose job is gone is released in a held queue,
+// and one in another shard's queue is neither listed nor touched.
+func TestReconcileListsOnlyTheQueuesHeld(t *testing.T) {
+	r := newRig(t, "shard-o", wire.QueueKey("theirs"))
+	specs := []api.QueueSpec{{Name: "org"}, {Name: "mine", Parent: "org"}, {Name: "theirs", Parent: "org"}}
+	if err := r.quota.setQueues(specs); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := api.BuildTree(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s.SetTree(tree)
+	r.node("n1", 8)
+	r.quota.mu.Lock()
+	for _, q := range []string{"mine", "theirs"} {
+		if _, _, err := r.quota.ledger.Reserve(coordinator.ReserveRequest{Job: wire.JobRef{Namespace: "ns", Name: "gone-" + q, UID: "gone-" + q}, Queue: q, Amount: api.NewResource(1000, gi, nil)}); err != nil {
+			r.quota.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	r.quota.mu.Unlock()
+	r.cycles(t, 1)
+	r.advance(orphanGrace)
+	r.cycles(t, 1)
+	r.quota.mu.Lock()
+	listed := slices.Clone(r.quota.listed)
+	_, mineHeld := r.quota.ledger.Get("gone-mine")
+	_, theirsHeld := r.quota.ledger.Get("gone-theirs")
+	r.quota.mu.Unlock()
+	if len(listed) < 2 {
+		t.Fatalf("listed %v, want a list at each of the two reconciliations", listed)
+	}
+	for _, qs := range listed {
+		if !slices.Equal(qs, []string{"default", "mine", "org", "root"}) {
+			t.Fatalf("listed %v, want only the queues held here (the tree's but theirs), each time", listed)
+		}
+	}
+	if mineHeld || !theirsHeld {
+		t.Fatalf("after two reconciliations: the orphan in a held queue kept %v, the one in another shard's queue kept %v; want released and kept", mineHeld, theirsHeld)
 	}
 }

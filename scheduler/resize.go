@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,7 +62,9 @@ func (s *Scheduler) reconcile(ctx context.Context, byQueue map[string][]*api.Job
 	// its reservation is in the list unless it is gone.
 	admitted := s.admittedAmong(jobs)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-	list, err := s.deps.Quota.List(cctx)
+	// Only the queues held here: a cluster's reservations are many more,
+	// and every shard reconciles.
+	list, err := s.deps.Quota.List(cctx, slices.Sorted(maps.Keys(owned))...)
 	cancel()
 	if err != nil {
 		s.log.Warn("reconciliation: reservations not listed", "err", err)

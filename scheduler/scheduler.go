@@ -45,9 +45,9 @@ type Quota interface {
 	// to bound, when not nil, whatever the capability (what the job's
 	// bound pods ask: coordinator.ResizeRequest.Bound).
 	Resize(ctx context.Context, uid string, bound *api.Resource, targets []api.Resource) (wire.Result, error)
-	// List returns every reservation, for reconciliation with the jobs
-	// that exist.
-	List(ctx context.Context) (wire.Result, error)
+	// List returns the reservations in these leaf queues (every queue's
+	// when none is named), for reconciliation with the jobs that exist.
+	List(ctx context.Context, queues ...string) (wire.Result, error)
 	// Evictions returns the reservations marked for eviction.
 	Evictions(ctx context.Context) (wire.Result, error)
 }
