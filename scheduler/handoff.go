@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardsched/shardsched/api"
+	"github.com/shardsched/shardsched/placement"
 	"github.com/shardsched/shardsched/wire"
 )
 
@@ -262,7 +263,7 @@ func (s *Scheduler) takeOffers(ctx context.Context) []wire.Claim {
 		}
 		fits := false
 		if len(nodes) > 0 && len(ready) > 0 {
-			fits = s.planner.PlaceGang(s.place, ready, nodes, need, s.rng).OK
+			fits = placement.PlaceGang(s.place, ready, nodes, need, s.rng).OK
 		}
 		// A starving gang that does not fit now is taken if nodes can be
 		// held for it here (the owner offers such gangs when no shard has
