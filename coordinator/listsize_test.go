@@ -18,9 +18,6 @@ import (
 // read whole: a large cluster's reconciliation lists them all. Cut at
 // maxBody, its JSON could not be decoded and every list failed.
 func TestListLargerThanARequestIsReadWhole(t *testing.T) {
-	if testing.Short() {
-		t.Skip("reserves thousands of jobs in embedded etcd")
-	}
 	ev := newEnv(t, 0, 5)
 	ev.cfg.MaxGroupOps = 1024
 	ev.add()
