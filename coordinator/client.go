@@ -287,7 +287,8 @@ func (c *Client) SetQueues(ctx context.Context, specs []api.QueueSpec) (Result, 
 	return c.do(ctx, http.MethodPut, "/v1/queues", specs)
 }
 
-// List returns every reservation and the queue tree.
+// List returns the queue tree and the reservations in these leaf queues,
+// or every reservation when no queue is named.
 func (c *Client) List(ctx context.Context, queues ...string) (Result, error) {
 	path := "/v1/reservations"
 	if len(queues) > 0 {

@@ -88,7 +88,10 @@ func (l *Ledger) ReservationsIn(queues []string) []Reservation {
 			in[q] = true
 		}
 	}
-	out := make([]Reservation, 0, len(l.res))
+	var out []Reservation
+	if in == nil {
+		out = make([]Reservation, 0, len(l.res))
+	}
 	for _, r := range l.res {
 		if in == nil || in[r.Queue] {
 			out = append(out, r.Clone())

@@ -1278,3 +1278,50 @@ func TestReconcileListsOnlyTheQueuesHeld(t *testing.T) {
 		t.Fatalf("after two reconciliations: the orphan in a held queue kept %v, the one in another shard's queue kept %v; want released and kept", mineHeld, theirsHeld)
 	}
 }
+
+// A job admitted here whose PodGroup moved to another queue held here
+// keeps its reservation in the first queue until it fits in the new one;
+// that queue is no longer held here, yet reconciliation lists it too, so
+// the reservation is not taken for lost (admitted again, counted, warned).
+func TestReconcileFindsAMovedJobsReservation(t *testing.T) {
+	r := newRig(t, "shard-o")
+	specs := []api.QueueSpec{{Name: "q"}, {Name: "new", Capability: mustLimit(t, 1)}}
+	if err := r.quota.setQueues(specs); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := api.BuildTree(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s.SetTree(tree)
+	r.node("small", 2)
+	r.gang("job", 1, 4) // admitted in q, fits on no node: stays admitted and pending
+	r.cycles(t, 2)
+	r.quota.mu.Lock()
+	res, ok := r.quota.ledger.Get("job")
+	r.quota.mu.Unlock()
+	if !ok || res.Queue != "q" {
+		t.Fatalf("reservation %+v (present %v), want one in q", res, ok)
+	}
+	// The PodGroup moves to new, where 4 CPU does not fit under 1, and q
+	// goes to another shard.
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "job", UID: "job", Queue: "new", MinMember: 1, Phase: api.JobPending, ResourceVersion: "2"})
+	r.own.mu.Lock()
+	r.own.notHeld[wire.QueueKey("q")] = true
+	r.own.mu.Unlock()
+	r.advance(reconcileEvery)
+	r.cycles(t, 2)
+	r.quota.mu.Lock()
+	res, ok = r.quota.ledger.Get("job")
+	listed := slices.Clone(r.quota.listed)
+	r.quota.mu.Unlock()
+	if st := r.s.Stats(); st.LostReservations != 0 {
+		t.Fatalf("stats %+v: the moved job's reservation was taken for lost (lists asked %v)", st, listed)
+	}
+	if !ok || res.Queue != "q" {
+		t.Fatalf("reservation %+v (present %v), want it still in q", res, ok)
+	}
+	if last := listed[len(listed)-1]; !slices.Contains(last, "q") || !slices.Contains(last, "new") {
+		t.Fatalf("the last list asked for %v, want new (held) and q (the admitted job's reservation)", last)
+	}
+}

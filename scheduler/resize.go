@@ -60,11 +60,17 @@ func (s *Scheduler) reconcile(ctx context.Context, byQueue map[string][]*api.Job
 	}
 	// The jobs admitted here, taken before the list: each was answered, so
 	// its reservation is in the list unless it is gone.
-	admitted := s.admittedAmong(jobs)
+	admitted, admittedIn := s.admittedAmong(jobs)
+	// Only the queues held here, and those the admitted jobs' reservations
+	// were made in (a PodGroup moved to a queue held here keeps its
+	// reservation where it was until it fits in the new one): a cluster's
+	// reservations are many more, and every shard reconciles.
+	ask := maps.Clone(owned)
+	for _, q := range admittedIn {
+		ask[q] = true
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-	// Only the queues held here: a cluster's reservations are many more,
-	// and every shard reconciles.
-	list, err := s.deps.Quota.List(cctx, slices.Sorted(maps.Keys(owned))...)
+	list, err := s.deps.Quota.List(cctx, slices.Sorted(maps.Keys(ask))...)
 	cancel()
 	if err != nil {
 		s.log.Warn("reconciliation: reservations not listed", "err", err)
@@ -110,17 +116,18 @@ func (s *Scheduler) reconcile(ctx context.Context, byQueue map[string][]*api.Job
 }
 
 // admittedAmong returns the UIDs of jobs (of the queues this shard owns)
-// that this shard holds a reservation for.
-func (s *Scheduler) admittedAmong(jobs map[string]*api.Job) []string {
+// that this shard holds a reservation for, and the queue each reservation
+// was made in (not the job's queue when its PodGroup moved since).
+func (s *Scheduler) admittedAmong(jobs map[string]*api.Job) (uids, queues []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
 	for uid := range jobs {
-		if s.peek(uid).admission != nil {
-			out = append(out, uid)
+		if a := s.peek(uid).admission; a != nil {
+			uids = append(uids, uid)
+			queues = append(queues, a.queue)
 		}
 	}
-	return out
+	return uids, queues
 }
 
 // forgetLost forgets the admissions among admitted whose reservation is
