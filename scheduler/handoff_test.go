@@ -1241,14 +1241,7 @@ func TestStarvingGPUGangGoesWhereGPUsAreFree(t *testing.T) {
 func TestReconcileListsOnlyTheQueuesHeld(t *testing.T) {
 	r := newRig(t, "shard-o", wire.QueueKey("theirs"))
 	specs := []api.QueueSpec{{Name: "org"}, {Name: "mine", Parent: "org"}, {Name: "theirs", Parent: "org"}}
-	if err := r.quota.setQueues(specs); err != nil {
-		t.Fatal(err)
-	}
-	tree, err := api.BuildTree(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.s.SetTree(tree)
+	r.queues(t, specs)
 	r.node("n1", 8)
 	r.quota.mu.Lock()
 	for _, q := range []string{"mine", "theirs"} {
@@ -1286,14 +1279,7 @@ func TestReconcileListsOnlyTheQueuesHeld(t *testing.T) {
 func TestReconcileFindsAMovedJobsReservation(t *testing.T) {
 	r := newRig(t, "shard-o")
 	specs := []api.QueueSpec{{Name: "q"}, {Name: "new", Capability: mustLimit(t, 1)}}
-	if err := r.quota.setQueues(specs); err != nil {
-		t.Fatal(err)
-	}
-	tree, err := api.BuildTree(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.s.SetTree(tree)
+	r.queues(t, specs)
 	r.node("small", 2)
 	r.gang("job", 1, 4) // admitted in q, fits on no node: stays admitted and pending
 	r.cycles(t, 2)
@@ -1324,4 +1310,17 @@ func TestReconcileFindsAMovedJobsReservation(t *testing.T) {
 	if last := listed[len(listed)-1]; !slices.Contains(last, "q") || !slices.Contains(last, "new") {
 		t.Fatalf("the last list asked for %v, want new (held) and q (the admitted job's reservation)", last)
 	}
+}
+
+// queues gives the rig's coordinator and its scheduler the tree of specs.
+func (r *rig) queues(t *testing.T, specs []api.QueueSpec) {
+	t.Helper()
+	if err := r.quota.setQueues(specs); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := api.BuildTree(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s.SetTree(tree)
 }
