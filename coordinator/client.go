@@ -299,10 +299,7 @@ func (c *Client) List(ctx context.Context, queues ...string) (Result, error) {
 		return res, err
 	}
 	// A leader of an older version lists every queue's: keep the asked.
-	in := make(map[string]bool, len(queues))
-	for _, q := range queues {
-		in[q] = true
-	}
+	in := queueSet(queues)
 	res.Reservations = slices.DeleteFunc(res.Reservations, func(r Reservation) bool { return !in[r.Queue] })
 	return res, nil
 }

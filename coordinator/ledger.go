@@ -81,13 +81,7 @@ func (l *Ledger) Reservations() []Reservation {
 // ReservationsIn is Reservations of the jobs in these leaf queues only
 // (every queue when none is named), in the same order.
 func (l *Ledger) ReservationsIn(queues []string) []Reservation {
-	var in map[string]bool
-	if len(queues) > 0 {
-		in = make(map[string]bool, len(queues))
-		for _, q := range queues {
-			in[q] = true
-		}
-	}
+	in := queueSet(queues)
 	var out []Reservation
 	if in == nil {
 		out = make([]Reservation, 0, len(l.res))
@@ -99,6 +93,18 @@ func (l *Ledger) ReservationsIn(queues []string) []Reservation {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Job.UID < out[j].Job.UID })
 	return out
+}
+
+// queueSet is the set of queues, nil when none is named (every queue).
+func queueSet(queues []string) map[string]bool {
+	if len(queues) == 0 {
+		return nil
+	}
+	in := make(map[string]bool, len(queues))
+	for _, q := range queues {
+		in[q] = true
+	}
+	return in
 }
 
 // ValidateReserve checks a request without touching the ledger.

@@ -241,12 +241,9 @@ func (d *driver) cycleAlone(ctx context.Context) time.Duration {
 		for _, p := range live {
 			d.vcpu.charged[p] = s.cl.CacheTime(p.Cache)
 		}
-	}
-	if d.vcpu.binds == nil {
 		d.vcpu.binds = map[string]int64{}
 	}
-	var slowest, slowestOwed time.Duration
-	var slow slowStep
+	var slow slowStep // the step's slowest shard
 	for _, p := range live {
 		owed := s.cl.CacheTime(p.Cache) - d.vcpu.charged[p]
 		b0 := s.cl.Stats().Binds
@@ -260,11 +257,11 @@ func (d *driver) cycleAlone(ctx context.Context) time.Duration {
 		bound := s.cl.Stats().Binds - b0
 		d.vcpu.binds[p.name] += bound
 		d.vcpu.charged[p] = s.cl.CacheTime(p.Cache)
-		if t := owed + max(took, 0); t > slowest {
-			slowest, slowestOwed = t, owed
-			slow = slowStep{shard: p.name, cache: owed, cycle: max(took, 0), binds: bound}
+		if st := (slowStep{shard: p.name, cache: owed, cycle: max(took, 0), binds: bound}); st.busy() > slow.busy() {
+			slow = st
 		}
 	}
+	slowest := slow.busy()
 	if len(d.vcpu.slowSteps) < listedSteps {
 		d.vcpu.slowSteps = append(d.vcpu.slowSteps, slow)
 	}
@@ -272,7 +269,7 @@ func (d *driver) cycleAlone(ctx context.Context) time.Duration {
 	coord := (apply1 - apply0) + (commit1 - commit0)
 	d.vcpu.steps++
 	d.vcpu.slowest += slowest
-	d.vcpu.slowestCache += slowestOwed
+	d.vcpu.slowestCache += slow.cache
 	d.vcpu.apply += apply1 - apply0
 	d.vcpu.commit += commit1 - commit0
 	if coord > slowest {
@@ -323,6 +320,9 @@ type slowStep struct {
 	binds        int64
 }
 
+// busy is all the shard was charged for the step.
+func (st slowStep) busy() time.Duration { return st.cache + st.cycle }
+
 // shardNote says how the binds spread over the shards' cycles (fewest,
 // median, most) and which shard was the slowest of the first steps, with
 // what it did: where a run with more shards loses its rate.
@@ -345,7 +345,7 @@ func (a *vcpuAccount) shardNote() string {
 		if i == 0 {
 			sep = ": "
 		}
-		fmt.Fprintf(&b, "%s%d. %s %.2f s (%.2f s of it its cache taking events) for %d binds", sep, i+1, st.shard, (st.cache + st.cycle).Seconds(), st.cache.Seconds(), st.binds)
+		fmt.Fprintf(&b, "%s%d. %s %.2f s (%.2f s of it its cache taking events) for %d binds", sep, i+1, st.shard, st.busy().Seconds(), st.cache.Seconds(), st.binds)
 	}
 	return b.String()
 }
