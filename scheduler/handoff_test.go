@@ -699,6 +699,50 @@ func TestRunningJobsFurtherPodsOfferedWhenOwnerIsFull(t *testing.T) {
 	}
 }
 
+// A running job's grow refused for quota, then its queue raised while its
+// node filled up: once the grow's backoff has run out, its pod that no
+// longer fits here is offered to a shard with room (the record of the
+// refusal stays until a grow succeeds, and no grow is asked without room
+// here; it kept the pod here before, neither offered nor told why).
+func TestFurtherPodsOfferedAfterAQuotaWaitWithNoRoomLeft(t *testing.T) {
+	r := newRig(t, "shard-o")
+	if err := r.quota.setQueues([]api.QueueSpec{{Name: "q", Capability: mustLimit(t, 3)}}); err != nil {
+		t.Fatal(err)
+	}
+	r.node("n1", 8)
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "dep", UID: "dep", Queue: "q", MinMember: 1, Phase: api.JobPending})
+	for i := 0; i < 2; i++ {
+		uid := fmt.Sprintf("dep-%d", i)
+		r.claims.mu.Lock()
+		r.claims.jobOf[uid] = "dep"
+		r.claims.mu.Unlock()
+		r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: uid, UID: uid, Job: "dep",
+			Request: api.NewResource(3000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano"})
+	}
+	r.cycles(t, 3)
+	if b := r.binder.Binds(); len(b) != 1 {
+		t.Fatalf("binds %v, want one pod: the queue holds 3 CPU", b)
+	}
+	if st := r.s.Stats(); st.QuotaWaits == 0 {
+		t.Fatalf("stats %+v: the second pod's grow was not refused for quota", st)
+	}
+	// The queue is raised, but the node has no room left for the second
+	// pod; another shard gossips room.
+	if err := r.quota.setQueues([]api.QueueSpec{{Name: "q", Capability: mustLimit(t, 16)}}); err != nil {
+		t.Fatal(err)
+	}
+	r.c.AddOrUpdateNode(api.Node{Name: "n1", UID: "n1", Allocatable: api.NewResource(4000, 64*gi, map[string]int64{api.Pods: 110})})
+	r.peers.members = []wire.Meta{{ID: "shard-b", Capacity: capacity(16, 8)}, {ID: "shard-o", Capacity: capacity(1, 1)}}
+	r.advance(5 * time.Second) // past any grow's backoff (2 s at most)
+	r.cycles(t, 2)
+	if got := r.claims.Offered(); len(got) != 1 || got[0] != "dep→shard-b" {
+		t.Fatalf("offers %v, want the running job offered to shard-b for its pod that does not fit here", got)
+	}
+	if b := r.binder.Binds(); len(b) != 1 {
+		t.Fatalf("binds %v: the owner bound more than its node holds", b)
+	}
+}
+
 // The shard offered a job claims it when the gang fits on its nodes and
 // binds it there, under the claim, without touching the reservation (the
 // owner's); an offer that does not fit is refused (the record deleted).
@@ -751,6 +795,54 @@ func TestClaimerPlacesOfferedJob(t *testing.T) {
 	r.cycles(t, 1)
 	if _, ok := r.claims.get("fits"); ok {
 		t.Fatal("the claim of a job that is gone was kept")
+	}
+}
+
+// Two offers that each fit alone but not together: the claimer takes
+// both (each checked against its nodes as they are) and places the older.
+// The other is given back in the same cycle when another shard gossips
+// room for it, so that its owner can offer it there at once; with no room
+// anywhere else it is kept for ClaimGiveUp (room may come here).
+func TestClaimThatNoLongerFitsIsGivenBackWhenRoomIsElsewhere(t *testing.T) {
+	for _, roomElsewhere := range []bool{true, false} {
+		t.Run(fmt.Sprintf("room elsewhere %v", roomElsewhere), func(t *testing.T) {
+			r := newRig(t, "shard-t", wire.QueueKey("q")) // not the queue's owner
+			r.node("n-1", 8)
+			r.gang("a", 1, 6)
+			r.gang("b", 1, 6)
+			for _, uid := range []string{"a", "b"} {
+				r.claims.put(wire.Claim{Job: uid, Queue: "q", From: "shard-o", To: "shard-t", State: wire.Offered})
+				if _, err := r.quota.Reserve(context.Background(), wire.JobRef{Namespace: "ns", Name: uid, UID: uid}, "q", api.NewResource(6000, 0, nil)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.peers.members = []wire.Meta{{ID: "shard-o", Capacity: capacity(2, 2)}, {ID: "shard-t", Capacity: capacity(2, 2)}}
+			if roomElsewhere {
+				r.peers.members = append(r.peers.members, wire.Meta{ID: "shard-b", Capacity: capacity(16, 8)})
+			}
+			r.cycles(t, 1)
+			if n := r.binder.Binds()["a-0"]; n != "n-1" {
+				t.Fatalf("the older claimed job's task bound to %q, want n-1", n)
+			}
+			_, kept := r.claims.get("b")
+			if st := r.s.Stats(); st.Claims != 2 {
+				t.Fatalf("stats %+v, want both offers claimed", st)
+			}
+			if kept == roomElsewhere {
+				t.Fatalf("claim of the job that no longer fits kept %v after its cycle, with room elsewhere %v", kept, roomElsewhere)
+			}
+			if roomElsewhere {
+				return
+			}
+			r.advance(r.s.cfg.ClaimGiveUp)
+			r.cycles(t, 2)
+			if _, ok := r.claims.get("b"); ok {
+				t.Fatal("the claim of a job that does not fit here was kept past ClaimGiveUp")
+			}
+			if st := r.s.Stats(); st.Refusals != 1 {
+				t.Fatalf("stats %+v, want the claim given back once", st)
+			}
+		})
 	}
 }
 
