@@ -473,9 +473,8 @@ func (s *Scheduler) uncovered(ctx context.Context, j *api.Job, role role, tasks 
 	// refused grow stays until a grow succeeds (it keeps the backoff's
 	// doubling), and no grow is asked while the tasks do not fit in this
 	// shard's free room, so a record alone kept such tasks here, neither
-	// offered nor given back, until room came (measured: a claimed job's
-	// last pods 15 s in a burst at 100k cores with 8 shards, with room on
-	// other shards).
+	// offered nor given back, until room came
+	// (TestFurtherPodsOfferedAfterAQuotaWaitWithNoRoomLeft).
 	known := rec.cover != nil
 	quotaWait := rec.resizeWait != (quotaBackoff{}) && s.cfg.Now().Before(rec.resizeWait.until)
 	s.mu.Unlock()
