@@ -519,8 +519,11 @@ func (r *rig) node(name string, cpu int64) {
 }
 
 // gang adds a job of n tasks of cpu cores each (minMember n) in queue q.
-func (r *rig) gang(uid string, n int, cpu int64) {
-	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: int32(n), Phase: api.JobPending})
+func (r *rig) gang(uid string, n int, cpu int64) { r.gangOf(uid, n, cpu, n) }
+
+// gangOf adds a job of n tasks of cpu cores each in queue q.
+func (r *rig) gangOf(uid string, n int, cpu int64, minMember int) {
+	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: uid, UID: uid, Queue: "q", MinMember: int32(minMember), Phase: api.JobPending})
 	for i := 0; i < n; i++ {
 		t := api.Task{Namespace: "ns", Name: fmt.Sprintf("%s-%d", uid, i), UID: fmt.Sprintf("%s-%d", uid, i), Job: uid,
 			Request: api.NewResource(cpu*1000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano"}
@@ -670,15 +673,7 @@ func TestRunningJobsFurtherPodsOfferedWhenOwnerIsFull(t *testing.T) {
 	r.s = r.newScheduler(t, 1, nopStatus{})
 	r.start(t)
 	r.node("n1", 4)
-	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "dep", UID: "dep", Queue: "q", MinMember: 1, Phase: api.JobPending})
-	for i := 0; i < 2; i++ {
-		uid := fmt.Sprintf("dep-%d", i)
-		r.claims.mu.Lock()
-		r.claims.jobOf[uid] = "dep"
-		r.claims.mu.Unlock()
-		r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: uid, UID: uid, Job: "dep",
-			Request: api.NewResource(3000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano"})
-	}
+	r.gangOf("dep", 2, 3, 1)
 	r.cycles(t, 3)
 	if b := r.binder.Binds(); len(b) != 1 {
 		t.Fatalf("binds %v, want one pod of the job on n1 (4 CPU hold one 3-CPU pod)", b)
@@ -710,15 +705,7 @@ func TestFurtherPodsOfferedAfterAQuotaWaitWithNoRoomLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.node("n1", 8)
-	r.c.AddOrUpdateJob(api.Job{Namespace: "ns", Name: "dep", UID: "dep", Queue: "q", MinMember: 1, Phase: api.JobPending})
-	for i := 0; i < 2; i++ {
-		uid := fmt.Sprintf("dep-%d", i)
-		r.claims.mu.Lock()
-		r.claims.jobOf[uid] = "dep"
-		r.claims.mu.Unlock()
-		r.c.AddOrUpdateTask(api.Task{Namespace: "ns", Name: uid, UID: uid, Job: "dep",
-			Request: api.NewResource(3000, gi, map[string]int64{api.Pods: 1}), Phase: api.TaskPending, SchedulerName: "volcano"})
-	}
+	r.gangOf("dep", 2, 3, 1)
 	r.cycles(t, 3)
 	if b := r.binder.Binds(); len(b) != 1 {
 		t.Fatalf("binds %v, want one pod: the queue holds 3 CPU", b)
