@@ -114,6 +114,19 @@ func TestWaitsNote(t *testing.T) {
 	}
 }
 
+func TestHandoffNote(t *testing.T) {
+	a := map[string]float64{"handoff_offers_total": 5, "handoff_claims_total": 1, "handoff_refusals_total": 1, "handoff_offer_timeouts_total": 1}
+	b := map[string]float64{"handoff_offers_total": 2, "handoff_claims_total": 6, "handoff_refusals_total": 2}
+	want := "hand-off between shards: 7 offers, 7 claimed, 3 refused or given back, 1 withdrawn unclaimed"
+	if got := handoffNote([]map[string]float64{a, b}, 2); got != want {
+		t.Errorf("handoffNote =\n%s\nwant\n%s", got, want)
+	}
+	want = "hand-off between shards (1 of 3 shards read): 5 offers, 1 claimed, 1 refused or given back, 1 withdrawn unclaimed"
+	if got := handoffNote([]map[string]float64{a}, 3); got != want {
+		t.Errorf("one shard of three read: %q, want %q", got, want)
+	}
+}
+
 // fakeBusy is a machine busy with the given cores in successive windows
 // (the last value for the rest): each reading adds the cores of its
 // window times the real time since the reading before.

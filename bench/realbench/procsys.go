@@ -143,15 +143,20 @@ func (p procSystem) start(ctx context.Context, env *benchEnv, run runSpec) (*ins
 		stop: stop,
 		finish: func(ctx context.Context) (finished, error) {
 			var f finished
+			scraped := make([]map[string]float64, 0, len(shards))
 			for _, s := range shards {
 				m, err := scrapeMetrics(ctx, http.DefaultClient, s.metrics)
 				if err != nil {
 					f.notes = append(f.notes, fmt.Sprintf("%s: no breakdown of the pods' waits: %v", s.name, err))
 					continue
 				}
+				scraped = append(scraped, m)
 				if n := waitsNote(m); n != "" {
 					f.notes = append(f.notes, s.name+": "+n)
 				}
+			}
+			if len(shards) > 1 {
+				f.notes = append(f.notes, handoffNote(scraped, len(shards)))
 			}
 			for i, s := range shards {
 				rss, err := procstat.PeakRSSMiBOf(s.proc.cmd.Process.Pid)
@@ -411,6 +416,26 @@ func saveProfile(ctx context.Context, seconds int, path, name string, get func(c
 		return fmt.Sprintf("%s: no CPU profile: %v", name, err)
 	}
 	return fmt.Sprintf("%s: CPU profile of the run's first %d s in %s", name, seconds, path)
+}
+
+// handoffNote sums the shards' hand-off counters (each since its process
+// started): the jobs that moved between shards because they did not fit on
+// their queue owner's nodes. scraped are the metrics read, of shards
+// shards; the note says when some could not be read.
+func handoffNote(scraped []map[string]float64, shards int) string {
+	var offers, timeouts, claims, refusals float64
+	for _, m := range scraped {
+		offers += m["handoff_offers_total"]
+		timeouts += m["handoff_offer_timeouts_total"]
+		claims += m["handoff_claims_total"]
+		refusals += m["handoff_refusals_total"]
+	}
+	of := ""
+	if len(scraped) < shards {
+		of = fmt.Sprintf(" (%d of %d shards read)", len(scraped), shards)
+	}
+	return fmt.Sprintf("hand-off between shards%s: %.0f offers, %.0f claimed, %.0f refused or given back, %.0f withdrawn unclaimed",
+		of, offers, claims, refusals, timeouts)
 }
 
 // waitsNote sets out where a pod's time went in one shard, from the means
