@@ -59,16 +59,13 @@ func (s *Scheduler) reconcile(ctx context.Context, byQueue map[string][]*api.Job
 		}
 	}
 	// The jobs admitted here, taken before the list: each was answered, so
-	// its reservation is in the list unless it is gone.
-	admitted, admittedIn := s.admittedAmong(jobs)
-	// Only the queues held here, and those the admitted jobs' reservations
+	// its reservation is in the list unless it is gone. The list asks only
+	// for the queues held here and those the admitted jobs' reservations
 	// were made in (a PodGroup moved to a queue held here keeps its
 	// reservation where it was until it fits in the new one): a cluster's
 	// reservations are many more, and every shard reconciles.
 	ask := maps.Clone(owned)
-	for _, q := range admittedIn {
-		ask[q] = true
-	}
+	admitted := s.admittedAmong(jobs, ask)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	list, err := s.deps.Quota.List(cctx, slices.Sorted(maps.Keys(ask))...)
 	cancel()
@@ -116,18 +113,20 @@ func (s *Scheduler) reconcile(ctx context.Context, byQueue map[string][]*api.Job
 }
 
 // admittedAmong returns the UIDs of jobs (of the queues this shard owns)
-// that this shard holds a reservation for, and the queue each reservation
-// was made in (not the job's queue when its PodGroup moved since).
-func (s *Scheduler) admittedAmong(jobs map[string]*api.Job) (uids, queues []string) {
+// that this shard holds a reservation for, and adds to queues the queue
+// each reservation was made in (not the job's queue when its PodGroup
+// moved since).
+func (s *Scheduler) admittedAmong(jobs map[string]*api.Job, queues map[string]bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var uids []string
 	for uid := range jobs {
 		if a := s.peek(uid).admission; a != nil {
 			uids = append(uids, uid)
-			queues = append(queues, a.queue)
+			queues[a.queue] = true
 		}
 	}
-	return uids, queues
+	return uids
 }
 
 // forgetLost forgets the admissions among admitted whose reservation is
