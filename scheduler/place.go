@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -156,12 +158,12 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		t0 := time.Now()
 		var res placement.Result
 		cand := s.holdFilter(j, nodes, &unheld)
-		switch {
-		case len(cand) == 0:
-		case !s.roomFor(ready[:need]):
-			res = placement.Result{Reasons: map[string]int{reasonNoRoom: len(cand)}}
-		default:
-			res = s.planner.PlaceGang(pc, ready, cand, need, s.rng)
+		if len(cand) > 0 {
+			if short := s.shortOfRoom(ready[:need]); short != "" {
+				res.Reasons = noRoomReasons(short, cand)
+			} else {
+				res = s.planner.PlaceGang(pc, ready, cand, need, s.rng)
+			}
 		}
 		taskShort := res.OK && !taskGangMet(j, ready, res.Assignments, w.bySpec)
 		if taskShort {
@@ -437,28 +439,62 @@ func parallel[T any](items []T, n int, f func(T)) {
 const (
 	reasonHeld        = "node(s) held for an older gang"
 	reasonOtherShards = "node(s) placed by other shards, none of which reported room for it"
-	reasonNoRoom      = "node(s) whose free room together is less than the gang asks"
 )
 
-// roomFor reports whether the free room of this shard's schedulable nodes
-// together (the snapshot's Free, which the cycle's placements are booked
-// against) holds what the tasks ask. When it does not, no placement can
-// hold them, and placeAdmitted does not scan the nodes to find that out: a
-// full shard scanned every node for each gang it then offered, measured
-// at 1M cores with 8 shards as a second of a burst's slowest step. A task
-// that tolerates the cordon may go to a cordoned node, which Free leaves
-// out: then placement judges.
-func (s *Scheduler) roomFor(tasks []*api.Task) bool {
+// noRoomReasons is what placement would have counted on nodes, for tasks
+// the free room of the schedulable nodes together is short of (of
+// resource short) for: a node out of sync or cordoned for that, every other
+// node short of the resource.
+func noRoomReasons(short string, nodes []*api.NodeBooks) map[string]int {
+	out := map[string]int{}
+	for _, b := range nodes {
+		switch {
+		case b.OutOfSync:
+			out[placement.ReasonOutOfSync]++
+		case b.Node.Unschedulable:
+			out[placement.ReasonNodeUnschedulable]++
+		default:
+			out["Insufficient "+short]++
+		}
+	}
+	return out
+}
+
+// shortOfRoom names a resource of which the free room of this shard's
+// schedulable nodes together (the snapshot's Free, which the cycle's
+// placements are booked against) holds less than the tasks ask, or ""
+// when it holds enough of each. When it names one, no placement can hold
+// the tasks, and they are not scanned for: a full shard scanned every
+// node for each gang it then offered (see docs/benchmarks.md, forty-seventh
+// session). Their pods are told that the shard's nodes are short of it
+// (noRoomReasons). A task that tolerates the cordon may go to a cordoned
+// node, which Free leaves out: then placement judges ("").
+func (s *Scheduler) shortOfRoom(tasks []*api.Task) string {
 	cordon := api.Taint{Key: placement.UnschedulableTaintKey, Effect: api.TaintNoSchedule}
 	for _, t := range tasks {
 		for i := range t.Tolerations {
 			if placement.Tolerates(&t.Tolerations[i], &cordon) {
-				return true
+				return ""
 			}
 		}
 	}
 	sum, _, ok := gangNeeds(tasks)
-	return !ok || sum.LessEqual(s.snap.Free())
+	if !ok {
+		return ""
+	}
+	free := s.snap.Free()
+	switch {
+	case sum.MilliCPU > free.MilliCPU:
+		return "cpu"
+	case sum.Memory > free.Memory:
+		return "memory"
+	}
+	for _, d := range slices.Sorted(maps.Keys(sum.Scalars)) {
+		if sum.Scalars[d] > free.Scalars[d] {
+			return d
+		}
+	}
+	return ""
 }
 
 // placementMessage is kube-scheduler's FailedScheduling message counted
@@ -507,8 +543,10 @@ func (s *Scheduler) uncovered(ctx context.Context, j *api.Job, role role, tasks 
 	if !known || quotaWait || len(nodes) == 0 {
 		return
 	}
-	res := placement.Result{Reasons: map[string]int{reasonNoRoom: len(nodes)}}
-	if s.roomFor(tasks) {
+	var res placement.Result
+	if short := s.shortOfRoom(tasks); short != "" {
+		res.Reasons = noRoomReasons(short, nodes)
+	} else {
 		res = s.planner.PlaceGang(pc, tasks, nodes, len(tasks), s.rng)
 	}
 	if res.OK {

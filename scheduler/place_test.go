@@ -8,10 +8,11 @@ import (
 	"github.com/shardsched/shardsched/placement"
 )
 
-// A gang that asks more than the free room of all the shard's nodes
-// together is not placed, and its pods are told so; a pod that tolerates
-// the cordon still goes to a cordoned node, whose room the free room of
-// the schedulable nodes leaves out.
+// A gang that asks more than the free room of all the shard's schedulable
+// nodes together is not scanned for (shortOfRoom): it is not placed, and
+// its pods are told what placement would have said of the nodes (short of
+// cpu, or cordoned). A pod that tolerates the cordon still goes to a
+// cordoned node, whose room that sum leaves out.
 func TestGangBeyondTheShardsFreeRoom(t *testing.T) {
 	r := newRig(t, "shard-o")
 	r.stop()
@@ -28,8 +29,8 @@ func TestGangBeyondTheShardsFreeRoom(t *testing.T) {
 	if b := r.binder.Binds(); len(b) != 0 {
 		t.Fatalf("binds %v of a gang asking more than the schedulable nodes have free", b)
 	}
-	if msg := events.failure("big-0"); !strings.Contains(msg, reasonNoRoom) {
-		t.Fatalf("the gang's pod was told %q, want %q in it", msg, reasonNoRoom)
+	if msg := events.failure("big-0"); !strings.Contains(msg, "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) were unschedulable") {
+		t.Fatalf("the gang's pod was told %q, want the two schedulable nodes short of cpu", msg)
 	}
 
 	r.gangOf("tolerant", 1, 10, 1)
