@@ -64,7 +64,10 @@ const (
 // handoff is the loop-only state of offers and claims, and of the
 // capacity gossiped.
 type handoff struct {
-	offers  map[string]sentOffer            // job UID → the offer this shard made
+	offers map[string]sentOffer // job UID → the offer this shard made
+	// sending are the offers chosen in this placement pass, made at its
+	// end (sendOffers).
+	sending []*offerCall
 	refused map[string]map[string]time.Time // job UID → shard → when it refused (or gave up) the job
 	stuck   map[string]time.Time            // job UID → since when a claimed job does not fit here
 	// dropping are claims this shard gave up while binds under them were

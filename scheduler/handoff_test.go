@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -318,8 +319,9 @@ type fakeClaims struct {
 	inUse   map[string]int
 	jobOf   map[string]string // task UID → job UID, to tell claimed binds
 	offered []string          // "uid→to" of every offer made
-	// claimErr, if set, is what Claim answers (a claim lost to a race).
-	claimErr error
+	// claimErr, if set, is what Claim answers (a claim lost to a race);
+	// offerErr, what Offer answers (the queue's record lost, etcd away).
+	claimErr, offerErr error
 }
 
 func newFakeClaims(me string) *fakeClaims {
@@ -391,6 +393,12 @@ func (f *fakeClaims) Done(uid string) {
 	f.inUse[uid]--
 }
 func (f *fakeClaims) Offer(_ context.Context, uid, queue, to string) (wire.Claim, error) {
+	f.mu.Lock()
+	err := f.offerErr
+	f.mu.Unlock()
+	if err != nil {
+		return wire.Claim{}, err
+	}
 	if _, ok := f.get(uid); ok {
 		return wire.Claim{}, wire.ErrClaimExists
 	}
@@ -658,6 +666,43 @@ func TestOffersCountAgainstTheRoomPromised(t *testing.T) {
 	// Neither is claimed yet: both count against their target.
 	if p := r.s.promised(); p["shard-b"].MilliCPU != 9000 || p["shard-c"].MilliCPU != 9000 {
 		t.Fatalf("promised %v, want 9 CPU to each", p)
+	}
+}
+
+// An offer is chosen during placement and made at the end of the pass,
+// side by side with the others: one whose call fails (here the queue's
+// record lost, then etcd away) is taken back, so its room is not counted
+// as promised to the target, and the job is offered again in a later
+// cycle once the store answers.
+func TestOfferNotMadeIsTakenBack(t *testing.T) {
+	r := newRig(t, "shard-o")
+	r.node("small", 2)
+	r.peers.members = []wire.Meta{
+		{ID: "shard-b", Capacity: capacity(16, 8)},
+		{ID: "shard-o", Capacity: capacity(2, 2)},
+	}
+	r.gang("job", 3, 3)
+	for _, err := range []error{wire.ErrNotQueueOwner, errors.New("etcd unreachable")} {
+		r.claims.mu.Lock()
+		r.claims.offerErr = err
+		r.claims.mu.Unlock()
+		r.cycles(t, 2)
+		if got, p, st := r.claims.Offered(), r.s.promised(), r.s.Stats(); len(got) != 0 || len(p) != 0 || st.Offers != 0 {
+			t.Fatalf("offers failing with %v: offered %v, promised %v, %d counted; want none", err, got, p, st.Offers)
+		}
+	}
+	r.claims.mu.Lock()
+	r.claims.offerErr = nil
+	r.claims.mu.Unlock()
+	r.cycles(t, 1)
+	if got := r.claims.Offered(); len(got) != 1 || got[0] != "job→shard-b" {
+		t.Fatalf("offers %v once the store answers, want one to shard-b", got)
+	}
+	if p := r.s.promised(); p["shard-b"].MilliCPU != 9000 {
+		t.Fatalf("promised %v, want the gang's 9 CPU to shard-b", p)
+	}
+	if b := r.binder.Binds(); len(b) != 0 {
+		t.Fatalf("the owner bound %v onto a node with no room", b)
 	}
 }
 

@@ -18,8 +18,10 @@ import (
 // the shard's free resources, its largest task within the shard's largest
 // free node) and the most free CPU (ties: the smaller name), its free
 // room taken as gossiped less the gangs this shard offered it that are
-// not claimed yet (promised), skipping shards that refused it lately. It reports whether the job is now
-// another shard's to place (an offer was made, or a record already exists).
+// not claimed yet (promised), skipping shards that refused it lately. It
+// reports whether it chose a shard: the job is then another shard's to
+// place in this pass, and the offer is made at the pass's end
+// (sendOffers).
 func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) bool {
 	return s.offerTo(ctx, j, gang, false)
 }
@@ -83,34 +85,74 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 	if best == nil {
 		return false
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-	_, err := s.deps.Claims.Offer(cctx, j.UID, j.Queue, best.ID)
-	cancel()
-	switch {
-	case err == nil:
+	o := sentOffer{to: best.ID, at: now}
+	if !toHold {
+		// A gang offered to hold nodes for does not fit the target's
+		// free room by definition: it takes none of it now.
+		o.need = sum
+	}
+	call := &offerCall{job: j, to: *best, gang: len(gang), sum: sum, toHold: toHold, sent: o}
+	call.prev, call.hadPrev = s.ho.offers[j.UID]
+	// Counted as made until its call says otherwise (sendOffers), so that
+	// the offers chosen after it in this pass count its room as promised.
+	s.ho.offers[j.UID] = o
+	s.ho.sending = append(s.ho.sending, call)
+	return true
+}
+
+// offerCall is one offer chosen by offerTo and made by sendOffers.
+type offerCall struct {
+	job     *api.Job
+	to      wire.Meta
+	gang    int
+	sum     api.Resource
+	toHold  bool
+	sent    sentOffer
+	prev    sentOffer // the job's offer record before this one, if hadPrev
+	hadPrev bool
+	err     error
+}
+
+// sendOffers makes the offers chosen since the last call, side by side
+// (AdmitParallelism), as admit makes its reservations: each is one etcd
+// transaction, and a shard whose queues outgrow its nodes offers hundreds
+// of jobs in a burst (made one after another inside placement, they were
+// the largest part of its cycle: see docs/benchmarks.md, forty-seventh
+// session). An offer that was not made is taken back from the records;
+// the job is placed, offered or told why it waits in the next cycle. Loop
+// only; placeAdmitted calls it once its pass is over.
+func (s *Scheduler) sendOffers(ctx context.Context) {
+	calls := s.ho.sending
+	s.ho.sending = nil
+	parallel(calls, s.cfg.AdmitParallelism, func(c *offerCall) {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		_, c.err = s.deps.Claims.Offer(cctx, c.job.UID, c.job.Queue, c.to.ID)
+		cancel()
+	})
+	for _, c := range calls {
+		j := c.job
+		if c.err != nil {
+			if c.hadPrev {
+				s.ho.offers[j.UID] = c.prev
+			} else {
+				delete(s.ho.offers, j.UID)
+			}
+			if !errors.Is(c.err, wire.ErrNotQueueOwner) {
+				// A record exists, or the outcome is unknown: in both
+				// cases the store now holds the job back from this shard
+				// until it knows.
+				s.log.Warn("offer failed", "job", j.Key(), "to", c.to.ID, "err", c.err)
+			}
+			continue
+		}
 		s.stats.offers.Add(1)
 		msg := "job offered to another shard"
-		if toHold {
+		if c.toHold {
 			s.stats.holdOffers.Add(1)
 			msg = "starving gang offered to a shard that can hold nodes for it"
 		}
-		o := sentOffer{to: best.ID, at: now}
-		if !toHold {
-			// A gang offered to hold nodes for does not fit the target's
-			// free room by definition: it takes none of it now.
-			o.need = sum
-		}
-		s.ho.offers[j.UID] = o
-		s.log.Info(msg, "job", j.Key(), "to", best.ID, "gang", len(gang), "gang cpu", sum.MilliCPU, "gang gpu", sum.Get(gpuResource),
-			"their free cpu", best.Capacity.FreeMilliCPU, "their free gpu", best.Capacity.FreeGPU)
-		return true
-	case errors.Is(err, wire.ErrNotQueueOwner):
-		return false
-	default:
-		// A record exists, or the outcome is unknown: in both cases the
-		// store now holds the job back from this shard until it knows.
-		s.log.Warn("offer failed", "job", j.Key(), "to", best.ID, "err", err)
-		return true
+		s.log.Info(msg, "job", j.Key(), "to", c.to.ID, "gang", c.gang, "gang cpu", c.sum.MilliCPU, "gang gpu", c.sum.Get(gpuResource),
+			"their free cpu", c.to.Capacity.FreeMilliCPU, "their free gpu", c.to.Capacity.FreeGPU)
 	}
 }
 

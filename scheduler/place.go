@@ -41,6 +41,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 	defer func() {
 		parallel(confirms, s.cfg.AdmitParallelism, func(c confirmReq) { s.confirm(ctx, c.job, c.bound) })
 	}()
+	defer s.sendOffers(ctx)
 	// One round of the planner: the snapshot's books change only by the
 	// plans assumed below (snap.Book), so a job asking what the last one
 	// asked starts from the nodes the last scan found.
