@@ -22,8 +22,8 @@ import (
 // reports whether it chose a shard: the job is then another shard's to
 // place in this pass, and the offer is made at the pass's end
 // (sendOffers).
-func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) bool {
-	return s.offerTo(ctx, j, gang, false)
+func (s *Scheduler) offer(j *api.Job, gang []*api.Task) bool {
+	return s.offerTo(j, gang, false)
 }
 
 // offerToHold hands a starving gang that fits on no shard's free room,
@@ -37,15 +37,15 @@ func (s *Scheduler) offer(ctx context.Context, j *api.Job, gang []*api.Task) boo
 // some shard happens to have room for it all at once, which on a busy
 // cluster of many shards may be never: measured, a gang of 16 GPU nodes'
 // worth against 8 shards of about 20 GPU nodes each waited 883 s.
-func (s *Scheduler) offerToHold(ctx context.Context, j *api.Job, gang []*api.Task) bool {
-	return s.offerTo(ctx, j, gang, true)
+func (s *Scheduler) offerToHold(j *api.Job, gang []*api.Task) bool {
+	return s.offerTo(j, gang, true)
 }
 
 // holdRefusedFor is how long a shard that refused a gang offered to hold
 // is not offered it again.
 func (c *Config) holdRefusedFor() time.Duration { return 6 * c.RefusedFor }
 
-func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, toHold bool) bool {
+func (s *Scheduler) offerTo(j *api.Job, gang []*api.Task, toHold bool) bool {
 	if !s.handoffOn() || s.jobBinds(j.UID) > 0 {
 		return false
 	}
@@ -91,7 +91,7 @@ func (s *Scheduler) offerTo(ctx context.Context, j *api.Job, gang []*api.Task, t
 		// free room by definition: it takes none of it now.
 		o.need = sum
 	}
-	call := &offerCall{job: j, to: *best, gang: len(gang), sum: sum, toHold: toHold, sent: o}
+	call := &offerCall{job: j, to: *best, gang: len(gang), sum: sum, toHold: toHold}
 	call.prev, call.hadPrev = s.ho.offers[j.UID]
 	// Counted as made until its call says otherwise (sendOffers), so that
 	// the offers chosen after it in this pass count its room as promised.
@@ -107,7 +107,6 @@ type offerCall struct {
 	gang    int
 	sum     api.Resource
 	toHold  bool
-	sent    sentOffer
 	prev    sentOffer // the job's offer record before this one, if hadPrev
 	hadPrev bool
 	err     error

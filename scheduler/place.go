@@ -176,7 +176,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 		pspan.End()
 		s.log.Debug("placement", "job", j.Key(), "need", need, "ready", len(ready), "ok", res.OK, "placed", res.Placed, "reasons", fmt.Sprint(res.Reasons))
 		if !res.OK {
-			if role == asOwner && s.offer(ctx, j, ready[:need]) {
+			if role == asOwner && s.offer(j, ready[:need]) {
 				continue
 			}
 			if role == asOwner && s.preemptForRoom(ctx, j, ready, need, cand) {
@@ -188,7 +188,7 @@ func (s *Scheduler) placeAdmitted(ctx context.Context, jobs []*api.Job) {
 				if held {
 					unheld = nil
 				}
-				if neverFits && s.offerToHold(ctx, j, ready[:need]) {
+				if neverFits && s.offerToHold(j, ready[:need]) {
 					continue
 				}
 			}
@@ -555,7 +555,7 @@ func (s *Scheduler) uncovered(ctx context.Context, j *api.Job, role role, tasks 
 	}
 	switch role {
 	case asOwner:
-		if s.offer(ctx, j, tasks) {
+		if s.offer(j, tasks) {
 			return
 		}
 	case asClaimer:
