@@ -271,6 +271,19 @@ func (n *noteRecorder) FailedScheduling(t *api.Task, msg string) {
 	n.failed[t.UID] = msg
 }
 
+// newRigNoting is newRig with a scheduler whose FailedScheduling events
+// the returned recorder keeps.
+func newRigNoting(t *testing.T, name string) (*rig, *noteRecorder) {
+	t.Helper()
+	r := newRig(t, name)
+	r.stop()
+	events := &noteRecorder{}
+	r.recorder = events
+	r.s = r.newScheduler(t, 1, nopStatus{})
+	r.start(t)
+	return r, events
+}
+
 func (n *noteRecorder) failure(uid string) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -711,12 +724,7 @@ func TestOfferNotMadeIsTakenBack(t *testing.T) {
 // that gossips room for them, as a gang that does not fit is; they did wait
 // there, uncovered and unannounced, for room on the owner's nodes alone.
 func TestRunningJobsFurtherPodsOfferedWhenOwnerIsFull(t *testing.T) {
-	r := newRig(t, "shard-o")
-	r.stop()
-	events := &noteRecorder{}
-	r.recorder = events
-	r.s = r.newScheduler(t, 1, nopStatus{})
-	r.start(t)
+	r, events := newRigNoting(t, "shard-o")
 	r.node("n1", 4)
 	r.gangOf("dep", 2, 3, 1)
 	r.cycles(t, 3)

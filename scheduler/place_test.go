@@ -14,12 +14,7 @@ import (
 // cpu, or cordoned). A pod that tolerates the cordon still goes to a
 // cordoned node, whose room that sum leaves out.
 func TestGangBeyondTheShardsFreeRoom(t *testing.T) {
-	r := newRig(t, "shard-o")
-	r.stop()
-	events := &noteRecorder{}
-	r.recorder = events
-	r.s = r.newScheduler(t, 1, nopStatus{})
-	r.start(t)
+	r, events := newRigNoting(t, "shard-o")
 	r.node("n1", 4)
 	r.node("n2", 4)
 	r.c.AddOrUpdateNode(api.Node{Name: "cordoned", UID: "cordoned", Unschedulable: true,
