@@ -78,15 +78,23 @@ func (NodeUnschedulable) Filter(t *api.Task, n *NodeView) Status {
 	if !n.Books.Node.Unschedulable {
 		return Status{}
 	}
-	if t != nil {
-		cordon := api.Taint{Key: UnschedulableTaintKey, Effect: api.TaintNoSchedule}
-		for i := range t.Tolerations {
-			if Tolerates(&t.Tolerations[i], &cordon) {
-				return Status{}
-			}
-		}
+	if t != nil && ToleratesCordon(t) {
+		return Status{}
 	}
 	return rejectForGood(ReasonNodeUnschedulable)
+}
+
+// ToleratesCordon reports whether t tolerates the taint of a cordoned node
+// (UnschedulableTaintKey:NoSchedule), so that NodeUnschedulable lets it go
+// there.
+func ToleratesCordon(t *api.Task) bool {
+	cordon := api.Taint{Key: UnschedulableTaintKey, Effect: api.TaintNoSchedule}
+	for i := range t.Tolerations {
+		if Tolerates(&t.Tolerations[i], &cordon) {
+			return true
+		}
+	}
+	return false
 }
 
 // Resources rejects nodes whose Free cannot hold the task's request: the

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -471,12 +469,9 @@ func noRoomReasons(short string, nodes []*api.NodeBooks) map[string]int {
 // (noRoomReasons). A task that tolerates the cordon may go to a cordoned
 // node, which Free leaves out: then placement judges ("").
 func (s *Scheduler) shortOfRoom(tasks []*api.Task) string {
-	cordon := api.Taint{Key: placement.UnschedulableTaintKey, Effect: api.TaintNoSchedule}
 	for _, t := range tasks {
-		for i := range t.Tolerations {
-			if placement.Tolerates(&t.Tolerations[i], &cordon) {
-				return ""
-			}
+		if placement.ToleratesCordon(t) {
+			return ""
 		}
 	}
 	sum, _, ok := gangNeeds(tasks)
@@ -484,14 +479,11 @@ func (s *Scheduler) shortOfRoom(tasks []*api.Task) string {
 		return ""
 	}
 	free := s.snap.Free()
-	switch {
-	case sum.MilliCPU > free.MilliCPU:
-		return "cpu"
-	case sum.Memory > free.Memory:
-		return "memory"
+	if sum.Fits(free) {
+		return "" // the common case: no dimension named
 	}
-	for _, d := range slices.Sorted(maps.Keys(sum.Scalars)) {
-		if sum.Scalars[d] > free.Scalars[d] {
+	for _, d := range sum.Dims() {
+		if sum.Get(d) > free.Get(d) {
 			return d
 		}
 	}
